@@ -9,7 +9,8 @@ from typing import Any, Iterable, Sequence
 from rich.console import Console
 from rich.table import Table
 
-_out = Console(soft_wrap=False)
+# Outside a terminal (CI logs, pipes) rich would wrap at 80 columns; tables read better wider.
+_out = Console(soft_wrap=False, width=None if sys.stdout.isatty() else 160)
 _err = Console(stderr=True, soft_wrap=True)
 
 

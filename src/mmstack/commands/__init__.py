@@ -1,0 +1,1 @@
+"""Command bodies behind cli.py: each takes keyword arguments, prints, returns an exit code."""
