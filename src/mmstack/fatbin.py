@@ -22,7 +22,6 @@ github.com/n-eiling/cuda-fatbin-decompression (fatbin-decompress.h) and github.c
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import struct
@@ -116,7 +115,7 @@ def _parse_section(stream: BinaryIO, start: int, size: int, name: str, where: st
                 continue
             raise BadInput(f"{name} has no fatbin magic at byte {pos - start} (found {magic:#x})", source=where)
         entry, container_end = pos + header_size, pos + header_size + fat_size
-        if container_end > end:
+        if header_size < _CONTAINER.size or container_end > end:
             raise BadInput(f"{name} container at byte {pos - start} overruns the section", source=where)
         while entry + _ENTRY.size <= container_end:
             (kind, _, entry_header, stored, compressed_size, _, _, _, sm, _, _, flags, _, _) = _ENTRY.unpack(

@@ -1,0 +1,245 @@
+"""mmstack.fatbin against real objects: nvcc compiles tests/data/fatbin/kernel.cu for chosen
+targets, and the listing must name exactly those targets."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import struct
+import subprocess
+import sys
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from mmstack.errors import BadInput
+from mmstack.fatbin import FatbinEntry, ObjectListing, list_fatbins, summarize
+
+if shutil.which("nvcc") is None:
+    pytest.skip("nvcc is not on PATH: these tests compile real CUDA objects", allow_module_level=True)
+
+KERNEL = Path(__file__).parent / "data" / "fatbin" / "kernel.cu"
+SO = ["-shared", "-Xcompiler", "-fPIC"]
+PLUS_PTX = ["-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_80,code=compute_80"]
+
+# name -> (nvcc flags, expected SASS, expected PTX, needs a newer nvcc than CUDA 12.0)
+TARGETS = {
+    "sm80_ptx80": ([*SO, *PLUS_PTX], ("8.0",), ("8.0",), False),
+    "sm90": ([*SO, "-gencode", "arch=compute_90,code=sm_90"], ("9.0",), (), False),
+    "sm120_sm90a": (
+        [*SO, "-gencode", "arch=compute_120,code=sm_120", "-gencode", "arch=compute_90a,code=sm_90a"],
+        ("9.0a", "12.0"),
+        (),
+        True,
+    ),
+    "compressed": ([*SO, *PLUS_PTX, "-Xfatbin", "-compress-all"], ("8.0",), ("8.0",), False),
+    "sm100f": ([*SO, "-gencode", "arch=compute_100f,code=sm_100f"], ("10.0f",), (), True),
+    "ptx120a_uncompressed": (
+        [*SO, "-gencode", "arch=compute_120a,code=compute_120a", "-compress-mode=none"],
+        (),
+        ("12.0a",),
+        True,
+    ),
+    # -rdc object: its fatbin sits in __nv_relfatbin, which the runtime does not load directly
+    "rdc_object": (["-c", "-rdc=true", *PLUS_PTX], (), (), False),
+}
+
+
+@pytest.fixture(scope="session")
+def built(tmp_path_factory) -> dict[str, Path | str]:
+    """Compile every target once, in parallel; a target this nvcc rejects maps to its error text."""
+    out = tmp_path_factory.mktemp("fatbin")
+    procs = {}
+    for name, (flags, *_rest) in TARGETS.items():
+        suffix = ".o" if "-c" in flags else ".so"
+        target = out / f"{name}{suffix}"
+        cmd = ["nvcc", *flags, str(KERNEL), "-o", str(target)]
+        procs[name] = (target, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    results = {}
+    for name, (target, proc) in procs.items():
+        output, _ = proc.communicate()
+        results[name] = target if proc.returncode == 0 else output.strip() or f"nvcc exited {proc.returncode}"
+    return results
+
+
+def _object(built, name: str) -> Path:
+    result = built[name]
+    if isinstance(result, Path):
+        return result
+    if TARGETS[name][3]:
+        pytest.skip(f"this nvcc cannot build {name}: {result.splitlines()[-1]}")
+    pytest.fail(f"nvcc failed on {name}: {result}")
+
+
+def _one(listings: list[ObjectListing]) -> ObjectListing:
+    assert len(listings) == 1, listings
+    return listings[0]
+
+
+@pytest.mark.parametrize("name", [n for n in TARGETS if n != "rdc_object"])
+def test_lists_exactly_the_compiled_targets(built, name):
+    path = _object(built, name)
+    listing = _one(list_fatbins(path))
+    _flags, sass, ptx, _new = TARGETS[name]
+    assert listing.path == str(path)
+    assert (listing.sass, listing.ptx) == (sass, ptx)
+    assert {e.kind for e in listing.entries} == {k for k, archs in (("sass", sass), ("ptx", ptx)) if archs}
+    assert all(e.size > 0 and e.section == ".nv_fatbin" for e in listing.entries)
+
+
+def test_compress_all_marks_every_entry(built):
+    listing = _one(list_fatbins(_object(built, "compressed")))
+    assert listing.compressed
+    assert all(e.compressed for e in listing.entries)
+
+
+def test_sass_is_stored_uncompressed_by_default(built):
+    # nvcc 12.8+/13 compress PTX by default (zstd) but leave SASS as it is
+    listing = _one(list_fatbins(_object(built, "sm80_ptx80")))
+    assert not any(e.compressed for e in listing.entries if e.kind == "sass")
+    plain = _one(list_fatbins(_object(built, "ptx120a_uncompressed")))
+    assert not plain.compressed
+
+
+def test_compressed_payload_is_smaller(built):
+    plain = _one(list_fatbins(_object(built, "sm80_ptx80")))
+    packed = _one(list_fatbins(_object(built, "compressed")))
+    assert sum(e.size for e in packed.entries if e.kind == "sass") < sum(
+        e.size for e in plain.entries if e.kind == "sass"
+    )
+
+
+def test_relocatable_fatbin_is_listed_but_not_counted(built):
+    listing = _one(list_fatbins(_object(built, "rdc_object")))
+    assert {(e.kind, e.arch, e.section) for e in listing.entries} == {
+        ("sass", "8.0", "__nv_relfatbin"),
+        ("ptx", "8.0", "__nv_relfatbin"),
+    }
+    assert (listing.sass, listing.ptx) == ((), ())
+
+
+def test_cpu_shared_object_has_no_entries(tmp_path):
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler (cc) to build a CPU-only shared object")
+    source = tmp_path / "cpu.c"
+    source.write_text("int answer(void) { return 42; }\n")
+    subprocess.run(["cc", "-shared", "-fPIC", str(source), "-o", str(tmp_path / "cpu.so")], check=True)
+    listing = _one(list_fatbins(tmp_path / "cpu.so"))
+    assert listing.entries == () and listing.sass == () and not listing.compressed
+
+
+def test_wheel_lists_each_shared_object(built, tmp_path):
+    wheel = tmp_path / "mmcv-2.2.0-cp311-cp311-linux_x86_64.whl"
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.write(_object(built, "sm80_ptx80"), "mmcv/_ext.cpython-311-x86_64-linux-gnu.so")
+        zf.write(_object(built, "sm90"), "mmcv.libs/libextra.so.1")
+        zf.writestr("mmcv/__init__.py", "")
+        zf.writestr("mmcv/not_elf.so", "a text file named like a shared object")
+    listings = list_fatbins(wheel)
+    assert [(x.path, x.sass, x.ptx) for x in listings] == [
+        (f"{wheel}!mmcv/_ext.cpython-311-x86_64-linux-gnu.so", ("8.0",), ("8.0",)),
+        (f"{wheel}!mmcv.libs/libextra.so.1", ("9.0",), ()),
+    ]
+
+
+def test_tar_bz2_package(built, tmp_path):
+    package = tmp_path / "mmcv-2.2.0-cuda130_py311_0.tar.bz2"
+    with tarfile.open(package, "w:bz2") as tar:
+        tar.add(_object(built, "sm120_sm90a"), "lib/python3.11/site-packages/mmcv/_ext.so")
+    listing = _one(list_fatbins(package))
+    assert listing.path == f"{package}!lib/python3.11/site-packages/mmcv/_ext.so"
+    assert listing.sass == ("9.0a", "12.0")
+
+
+def _tar_zst(members: dict[str, Path]) -> bytes:
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w") as tar:
+        for arcname, source in members.items():
+            tar.add(source, arcname)
+    try:
+        import zstandard
+    except ImportError:
+        if shutil.which("zstd") is None:
+            pytest.skip("neither the zstandard module nor the zstd command is here to build a .conda")
+        return subprocess.run(["zstd", "-q", "-c"], input=raw.getvalue(), capture_output=True, check=True).stdout
+    return zstandard.ZstdCompressor().compress(raw.getvalue())
+
+
+@pytest.fixture()
+def conda_package(built, tmp_path) -> Path:
+    """A .conda built by hand the way conda-package-handling lays one out."""
+    package = tmp_path / "mmcv-2.2.0-cuda130_sm90_py311_0.conda"
+    so = _object(built, "sm120_sm90a")
+    with zipfile.ZipFile(package, "w", zipfile.ZIP_STORED) as zf:
+        zf.writestr("metadata.json", json.dumps({"conda_pkg_format_version": 2}))
+        zf.writestr("info-mmcv-2.2.0-cuda130_sm90_py311_0.tar.zst", _tar_zst({"info/index.json": KERNEL}))
+        zf.writestr(
+            "pkg-mmcv-2.2.0-cuda130_sm90_py311_0.tar.zst",
+            _tar_zst({"lib/python3.11/site-packages/mmcv/_ext.cpython-311-x86_64-linux-gnu.so": so}),
+        )
+    return package
+
+
+def test_conda_package(conda_package):
+    listing = _one(list_fatbins(conda_package))
+    assert listing.path == f"{conda_package}!lib/python3.11/site-packages/mmcv/_ext.cpython-311-x86_64-linux-gnu.so"
+    assert (listing.sass, listing.ptx) == (("9.0a", "12.0"), ())
+
+
+def test_conda_package_without_zstandard_uses_the_zstd_command(conda_package, monkeypatch):
+    if shutil.which("zstd") is None:
+        pytest.skip("no zstd command to fall back on")
+    monkeypatch.setitem(sys.modules, "zstandard", None)  # makes `import zstandard` raise ImportError
+    assert _one(list_fatbins(conda_package)).sass == ("9.0a", "12.0")
+
+
+def test_conda_package_without_any_zstd_says_how_to_fix(conda_package, monkeypatch):
+    monkeypatch.setitem(sys.modules, "zstandard", None)
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    with pytest.raises(BadInput) as caught:
+        list_fatbins(conda_package)
+    assert caught.value.fix == "pip install zstandard" and str(conda_package) in str(caught.value)
+
+
+def test_not_an_elf_file_is_bad_input(tmp_path):
+    path = tmp_path / "notes.so"
+    path.write_text("not an ELF object\n")
+    with pytest.raises(BadInput) as caught:
+        list_fatbins(path)
+    assert caught.value.exit_code == 2 and str(path) in str(caught.value)
+
+
+def test_missing_file_is_bad_input(tmp_path):
+    with pytest.raises(BadInput, match="no such file"):
+        list_fatbins(tmp_path / "absent.so")
+
+
+def test_truncated_fatbin_is_bad_input(built, tmp_path):
+    from elftools.elf.elffile import ELFFile
+
+    path = tmp_path / "broken.so"
+    shutil.copy(_object(built, "sm90"), path)
+    with open(path, "rb") as f:
+        offset = ELFFile(f).get_section_by_name(".nv_fatbin")["sh_offset"]
+    with open(path, "r+b") as f:
+        f.seek(offset + 8)
+        f.write(struct.pack("<Q", 1 << 40))  # the first container now claims a terabyte
+    with pytest.raises(BadInput, match="overruns") as caught:
+        list_fatbins(path)
+    assert str(path) in str(caught.value)
+
+
+def test_summarize_is_json_and_unions_archs(built):
+    listings = [*list_fatbins(_object(built, "sm90")), *list_fatbins(_object(built, "sm80_ptx80"))]
+    summary = json.loads(json.dumps(summarize(listings)))
+    assert summary["sass"] == ["8.0", "9.0"] and summary["ptx"] == ["8.0"]
+    assert [f["sass"] for f in summary["files"]] == [["9.0"], ["8.0"]]
+    assert {"kind", "arch", "compressed", "size", "section"} <= set(summary["files"][0]["entries"][0])
+
+
+def test_archs_sort_numerically():
+    entries = tuple(FatbinEntry("sass", a, False, 1) for a in ("12.0", "9.0a", "8.6", "10.0f", "9.0", "8.6"))
+    assert ObjectListing("x.so", entries).sass == ("8.6", "9.0", "9.0a", "10.0f", "12.0")
