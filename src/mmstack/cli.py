@@ -67,6 +67,95 @@ def check(root: Path = typer.Option(Path("."), "--root", help="Repository root."
     raise typer.Exit(run_check(root=root, as_json=json))
 
 
+@app.command()
+def verify(
+    levels: Optional[str] = typer.Option(None, "--levels", help="Comma-separated, e.g. L1,L3,L4 (default: all)."),
+    json: bool = JSON,
+    expect_gpu: bool = typer.Option(False, "--expect-gpu", help="No usable GPU is a FAIL, not a SKIP."),
+    python: Optional[str] = typer.Option(None, "--python", help="Verify another environment's interpreter."),
+    timeout: float = typer.Option(300.0, "--timeout", min=0.1, help="Seconds each level's process may take."),
+) -> None:
+    """The L1..L5 ladder (import, CUDA, ops load, ops run, train), each level in its own process."""
+    from .commands.ladder_cmds import run_verify
+
+    raise typer.Exit(run_verify(levels=levels, as_json=json, expect_gpu=expect_gpu, python=python, timeout=timeout))
+
+
+@app.command()
+def fatbin(path: Path = typer.Argument(..., help="An .so, .whl, .conda or .tar.bz2."), json: bool = JSON) -> None:
+    """SASS and PTX archs inside a shared object or a package holding some."""
+    from .commands.ladder_cmds import run_fatbin
+
+    raise typer.Exit(run_fatbin(path=path, as_json=json))
+
+
+@app.command()
+def doctor(json: bool = JSON) -> None:
+    """Environment fingerprint (GPU, driver, torch, CUDA, compilers, mmcv archs) and the problems found."""
+    from .commands.doctor_cmds import run_doctor
+
+    raise typer.Exit(run_doctor(as_json=json))
+
+
+@app.command()
+def detect(json: bool = JSON) -> None:
+    """Local GPU(s), driver, and which environment to use."""
+    from .commands.doctor_cmds import run_detect
+
+    raise typer.Exit(run_detect(as_json=json))
+
+
+ci_app = typer.Typer(no_args_is_help=True, help="CI workflows generated from the variant matrix.")
+app.add_typer(ci_app, name="ci")
+
+
+@ci_app.command("generate")
+def ci_generate(
+    check: bool = typer.Option(False, "--check", help="Write nothing; exit 1 if a workflow is out of date."),
+    root: Path = typer.Option(Path("."), "--root", help="Repository root."),
+) -> None:
+    """Write .github/workflows/build.yml and locks.yml from conda_build_config.yaml (or check them)."""
+    from .workflows import run_ci_generate
+
+    raise typer.Exit(run_ci_generate(root=root, check=check))
+
+
+lock_app = typer.Typer(help="Lockfiles per GPU generation: `mmstack lock` writes them, `mmstack lock check` gates CI.")
+app.add_typer(lock_app, name="lock")
+ENV_OPT = typer.Option(None, "--env", help="An environment of pixi.toml (repeatable; default: all).")
+CHANNEL_OPT = typer.Option(None, "--channel", help="Channel name, URL or local path (repeatable; default: pixi.toml's).")
+ROOT_OPT = typer.Option(Path("."), "--root", help="Repository root (pixi.toml, conda_build_config.yaml, envs/).")
+
+
+@lock_app.callback(invoke_without_command=True)
+def lock(
+    ctx: typer.Context,
+    env: Optional[list[str]] = ENV_OPT,
+    channel: Optional[list[str]] = CHANNEL_OPT,
+    root: Path = ROOT_OPT,
+    yml_only: bool = typer.Option(False, "--yml-only", help="Only (re)write envs/<env>.yml from pixi.toml; no solve."),
+) -> None:
+    """Solve every environment with py-rattler; write pixi.lock and envs/*.conda-lock.yml (all or nothing)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from .lock import run_lock
+
+    raise typer.Exit(run_lock(root=root, envs=env or None, channels=channel or None, yml_only=yml_only))
+
+
+@lock_app.command("check")
+def lock_check(
+    env: Optional[list[str]] = ENV_OPT,
+    channel: Optional[list[str]] = CHANNEL_OPT,
+    root: Path = ROOT_OPT,
+    allow_missing: bool = typer.Option(False, "--allow-missing", help="No pixi.lock is not a failure."),
+) -> None:
+    """Exit 1 with one line per problem when a lock is stale or breaks the policy for its generation."""
+    from .lock import run_lock_check
+
+    raise typer.Exit(run_lock_check(root=root, envs=env or None, channels=channel or None, allow_missing=allow_missing))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: one-line errors, distinct exit codes, no tracebacks for known problems."""
     try:

@@ -1,0 +1,268 @@
+"""Detector training speed: mmdet Faster R-CNN (on this project's mmcv) against torchvision's.
+
+    python benchmarks/bench_detector.py --device cuda --json > detector.json
+    python benchmarks/bench_detector.py --device cpu --image-size 128 --iters 2 --repeats 3
+
+Both sides train ResNet-50-FPN Faster R-CNN from random weights on the same fixed synthetic
+batch (src/mmstack/train_detector.py makes it), with SGD and, on CUDA, float16 autocast with a
+dynamic loss scale (mmengine's AmpOptimWrapper; torch.autocast + GradScaler for torchvision).
+After `--warmup` iterations, each of `--repeats` timings runs `--iters` iterations; the
+reported it/s is the median. `ratio` = mmdet it/s / torchvision it/s (> 1: mmdet is faster).
+
+torchvision is built twice:
+- "stock": the brief's `fasterrcnn_resnet50_fpn(weights=None, weights_backbone=None)`; without
+  pretrained weights torchvision trains all five ResNet stages with ordinary BatchNorm.
+- "matched": the same builder's parts set up like mmdet's faster-rcnn_r50_fpn_1x_coco: frozen
+  BatchNorm, stem and layer1 frozen (3 trainable stages), zero-init residuals, 1000 RPN
+  proposals per image in training. The ratio against this one compares implementations, not
+  configurations.
+Both get min_size = max_size = image size, so torchvision does not resize the batch (its default
+would upscale 128 px images to 800).
+
+A side that cannot run (torchvision absent or not importable beside this torch, mmdet or mmcv's
+ops missing) is reported with its reason instead of a number, and the ratio is then null.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+# Run from a checkout without installing mmstack (the GPU host carries the tree, not the package).
+try:
+    from mmstack import train_detector as td
+except ImportError:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+    from mmstack import train_detector as td
+
+
+def _sync(device: str) -> None:
+    import torch
+
+    if device.startswith("cuda"):
+        torch.cuda.synchronize(device)
+
+
+def _time(step, *, warmup: int, iters: int, repeats: int, device: str) -> dict:
+    losses = [step() for _ in range(warmup)]
+    rates = []
+    for _ in range(repeats):
+        _sync(device)
+        start = time.perf_counter()
+        for _ in range(iters):
+            losses.append(step())
+        _sync(device)
+        rates.append(iters / (time.perf_counter() - start))
+    return {
+        "iters_per_s": statistics.median(rates),
+        "iters_per_s_all": rates,
+        "loss_first": losses[0],
+        "loss_last": losses[-1],
+        "losses_finite": all(loss == loss and abs(loss) != float("inf") for loss in losses),
+    }
+
+
+def bench_mmdet(args, samples) -> dict:
+    try:
+        td._require_stack()
+    except td.DetectorStepUnavailable as exc:
+        return {"skipped": str(exc)}
+    import torch
+
+    td.seed_everything(args.seed)
+    model = td.build_detector(args.model, num_classes=args.num_classes, device=args.device)
+    model.train()
+    amp = args.amp and args.device.startswith("cuda")
+    optim = td.make_optim_wrapper(model, device=args.device, amp=amp, lr=args.lr)
+    data = td.to_mmdet_inputs(samples, device=args.device)
+
+    def step() -> float:
+        return float(model.train_step(data, optim)["loss"])
+
+    result = _time(
+        step, warmup=args.warmup, iters=args.iters, repeats=args.repeats, device=args.device
+    )
+    result.update(
+        framework="mmdet",
+        config=str(td.resolve_config(args.model)),
+        deformable_ops=td.deformable_ops(model),
+        amp=amp,
+        versions=td._require_stack(),
+        max_memory_mib=(
+            torch.cuda.max_memory_allocated(args.device) / 2**20
+            if args.device.startswith("cuda")
+            else None
+        ),
+    )
+    return result
+
+
+def _torchvision_model(variant: str, *, num_classes: int, image_size: int):
+    from torchvision.models import resnet50
+    from torchvision.models.detection import FasterRCNN, fasterrcnn_resnet50_fpn
+    from torchvision.models.detection.backbone_utils import _resnet_fpn_extractor
+    from torchvision.ops import misc as misc_nn_ops
+
+    size = {"min_size": image_size, "max_size": image_size}
+    # torchvision's class 0 is background: num_classes + 1 outputs for the same foreground set.
+    if variant == "stock":
+        return fasterrcnn_resnet50_fpn(
+            weights=None, weights_backbone=None, num_classes=num_classes + 1, **size
+        )
+    backbone = resnet50(
+        weights=None, norm_layer=misc_nn_ops.FrozenBatchNorm2d, zero_init_residual=True
+    )
+    backbone = _resnet_fpn_extractor(backbone, trainable_layers=3)
+    return FasterRCNN(
+        backbone, num_classes=num_classes + 1, rpn_post_nms_top_n_train=1000, **size
+    )
+
+
+def bench_torchvision(args, samples, variant: str) -> dict:
+    try:
+        import torch
+        import torchvision
+    except Exception as exc:  # torchvision built for another torch fails with odd errors
+        return {"skipped": f"torchvision does not import: {type(exc).__name__}: {exc}"}
+
+    td.seed_everything(args.seed)
+    model = _torchvision_model(variant, num_classes=args.num_classes, image_size=args.image_size)
+    model.to(args.device).train()
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.SGD(params, lr=args.lr, momentum=0.9, weight_decay=1e-4)
+    amp = args.amp and args.device.startswith("cuda")
+    device_type = args.device.split(":")[0]
+    scaler = torch.amp.GradScaler(device_type, enabled=amp)
+    images = [s["image"].to(args.device).float() / 255.0 for s in samples]
+    targets = [
+        {"boxes": s["boxes"].to(args.device), "labels": s["labels"].to(args.device) + 1}
+        for s in samples
+    ]
+
+    def step() -> float:
+        optimizer.zero_grad(set_to_none=True)
+        with torch.autocast(device_type=device_type, dtype=torch.float16, enabled=amp):
+            losses = model(images, targets)
+            loss = sum(losses.values())
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        return float(loss.detach())
+
+    result = _time(
+        step, warmup=args.warmup, iters=args.iters, repeats=args.repeats, device=args.device
+    )
+    result.update(
+        framework=f"torchvision-{variant}",
+        amp=amp,
+        versions={"torch": torch.__version__, "torchvision": torchvision.__version__},
+        max_memory_mib=(
+            torch.cuda.max_memory_allocated(args.device) / 2**20
+            if args.device.startswith("cuda")
+            else None
+        ),
+    )
+    return result
+
+
+def run(args) -> dict:
+    import torch
+
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        raise SystemExit("error: --device cuda, but torch sees no CUDA GPU")
+    if args.image_size is None:
+        args.image_size = td.GPU_IMAGE_SIZE if args.device.startswith("cuda") else td.CPU_IMAGE_SIZE
+    samples = td.synthetic_batch(
+        image_size=args.image_size,
+        batch_size=args.batch_size,
+        num_classes=args.num_classes,
+        seed=args.seed,
+    )
+    sides = {}
+    benches = {
+        "mmdet": lambda: bench_mmdet(args, samples),
+        "torchvision-matched": lambda: bench_torchvision(args, samples, "matched"),
+        "torchvision-stock": lambda: bench_torchvision(args, samples, "stock"),
+    }
+    for name, bench in benches.items():
+        if args.device.startswith("cuda"):
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats(args.device)
+        sides[name] = bench()
+
+    def ratio(tv: str):
+        a, b = sides["mmdet"].get("iters_per_s"), sides[tv].get("iters_per_s")
+        return a / b if a and b else None
+
+    return {
+        "device": args.device,
+        "device_name": (
+            torch.cuda.get_device_name(args.device) if args.device.startswith("cuda") else "cpu"
+        ),
+        "model": args.model,
+        "image_size": args.image_size,
+        "batch_size": args.batch_size,
+        "amp": args.amp and args.device.startswith("cuda"),
+        "warmup": args.warmup,
+        "iters": args.iters,
+        "repeats": args.repeats,
+        "results": sides,
+        "ratio": ratio("torchvision-matched"),
+        "ratio_vs_stock": ratio("torchvision-stock"),
+    }
+
+
+def _print_table(report: dict) -> None:
+    print(
+        f"{report['model']} on {report['device_name']}, batch {report['batch_size']}x"
+        f"{report['image_size']}px, amp={report['amp']}, median of {report['repeats']}x"
+        f"{report['iters']} iterations after {report['warmup']} warm-up"
+    )
+    for name, side in report["results"].items():
+        if "skipped" in side:
+            print(f"  {name:22s} skipped: {side['skipped']}")
+        else:
+            print(
+                f"  {name:22s} {side['iters_per_s']:8.3f} it/s   loss {side['loss_first']:.3f} -> "
+                f"{side['loss_last']:.3f}"
+            )
+    for key, label in (("ratio", "matched"), ("ratio_vs_stock", "stock")):
+        value = report[key]
+        print(f"  mmdet / torchvision-{label}: " + (f"{value:.3f}" if value else "n/a"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--model", default="faster-rcnn", help="mmdet side (train_detector.MODELS)")
+    parser.add_argument("--image-size", type=int, default=None, help="default: 800 GPU, 128 CPU")
+    parser.add_argument("--batch-size", type=int, default=td.BATCH_SIZE)
+    parser.add_argument("--num-classes", type=int, default=td.NUM_CLASSES)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--iters", type=int, default=10, help="iterations per timing")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--lr", type=float, default=td.LR)
+    parser.add_argument("--seed", type=int, default=td.SEED)
+    parser.add_argument("--no-amp", dest="amp", action="store_false")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    real_stdout = sys.stdout
+    if args.json:
+        sys.stdout = sys.stderr  # mmengine logs to stdout; keep it for the JSON
+    try:
+        report = run(args)
+    finally:
+        sys.stdout = real_stdout
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        _print_table(report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

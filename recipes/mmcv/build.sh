@@ -1,0 +1,161 @@
+#!/usr/bin/env bash
+# Build mmcv with its compiled ops (mmcv._ext) for one variant of conda_build_config.yaml.
+#
+# The one build script: recipe.yaml (rattler-build) and meta.yaml (conda-build) both run
+# `bash ${RECIPE_DIR}/build.sh` in the patched sdist. It also runs outside conda, against a
+# system torch, from the unpacked and patched sdist:
+#   PYTHON=python3 MMSTACK_ARCH_LIST="9.0" bash /path/to/recipes/mmcv/build.sh   # CUDA, sm_90
+#   PYTHON=python3 FORCE_CUDA=0 bash /path/to/recipes/mmcv/build.sh              # CPU only
+#
+# Inputs (environment):
+#   cuda_compiler_version  variant key ("None" = CPU variant); conda-forge's tools export it
+#   MMSTACK_ARCH_LIST      the variant's mmcv_arch_list, e.g. "8.0;8.6;8.9;9.0;12.0+PTX"
+#                          (recipe.yaml passes it; "none" or empty for the CPU variant)
+#   FORCE_CUDA, CUDA_HOME  outside conda: say CUDA (1 / set) or CPU (FORCE_CUDA=0)
+#   PYTHON, SRC_DIR, CPU_COUNT  set by conda tools; default to python3, $PWD and nproc
+set -euxo pipefail
+
+PYTHON="${PYTHON:-python3}"
+SRC_DIR="${SRC_DIR:-$PWD}"
+CPU_COUNT="${CPU_COUNT:-$(nproc)}"
+cd "${SRC_DIR}"
+
+die() {
+  set +x
+  echo "" >&2
+  echo "mmstack build.sh: ERROR: $*" >&2
+  exit 1
+}
+
+# --- variant: CUDA or CPU -------------------------------------------------------------------
+arch_list="${MMSTACK_ARCH_LIST:-${mmcv_arch_list:-}}"
+if [[ "${arch_list,,}" == "none" ]]; then
+  arch_list=""
+fi
+
+if [[ -n "${cuda_compiler_version:-}" ]]; then
+  # Inside conda the variant key decides; nothing else is trusted.
+  if [[ "${cuda_compiler_version}" == "None" ]]; then with_cuda=0; else with_cuda=1; fi
+elif [[ -n "${FORCE_CUDA:-}" ]]; then
+  if [[ "${FORCE_CUDA}" == "1" ]]; then with_cuda=1; else with_cuda=0; fi
+elif [[ -n "${arch_list}" || -n "${CUDA_HOME:-}" ]]; then
+  with_cuda=1
+else
+  with_cuda=0
+fi
+
+if [[ "${with_cuda}" == "1" ]]; then
+  if [[ -z "${arch_list}" ]]; then
+    die "CUDA variant (cuda_compiler_version=${cuda_compiler_version:-unset}) has no arch list.
+  Edit conda_build_config.yaml: give key mmcv_arch_list an entry for this row (it is zipped
+  with cuda_compiler_version), e.g. \"8.0;8.6;8.9;9.0;12.0+PTX\"; \`mmstack check\` validates it.
+  Outside conda, set MMSTACK_ARCH_LIST (same notation)."
+  fi
+  # One notation everywhere ("8.9", "9.0a", "12.0+PTX"); catch "sm_89" or "89" before torch
+  # turns them into a confusing error deep inside cpp_extension.
+  IFS=';' read -r -a archs <<< "${arch_list// /;}"
+  for arch in "${archs[@]}"; do
+    [[ -z "${arch}" ]] && continue
+    if [[ ! "${arch}" =~ ^[0-9]+\.[0-9]+[af]?(\+PTX)?$ ]]; then
+      die "mmcv_arch_list entry '${arch}' (in '${arch_list}') is not an arch like 8.9, 9.0a or 12.0+PTX.
+  Edit key mmcv_arch_list in conda_build_config.yaml (or MMSTACK_ARCH_LIST outside conda)."
+    fi
+  done
+  export FORCE_CUDA=1
+  export TORCH_CUDA_ARCH_LIST="${arch_list}"
+  # nvcc only compresses some fatbin entries by default; -compress-all compresses every SASS
+  # and PTX entry (a 3-arch test kernel with nvcc 13.0: 84 KB default, 31 KB with it, 94 KB
+  # with --no-compress). It is what PyTorch's own CMake build uses (TORCH_NVCC_FLAGS), works
+  # with every CUDA we build, and needs no newer driver, unlike --compress-mode=size
+  # (CUDA >= 12.8 only). torch's cpp_extension ignores TORCH_NVCC_FLAGS and mmcv's
+  # MMCV_CUDA_ARGS is passed as one quoted token, so hand the flags to nvcc itself.
+  export NVCC_APPEND_FLAGS="${NVCC_APPEND_FLAGS:-} -Xfatbin -compress-all"
+  if [[ -n "${GCC:-}" && -n "${CONDA_BUILD:-}${PREFIX:-}" ]]; then
+    # torch passes `-ccbin $CC` to nvcc; conda's CC is the `...-cc` alias, nvcc wants the gcc
+    # driver (pytorch3d-feedstock recipe.yaml does the same).
+    export CC="${GCC}"
+  fi
+  set +x
+  echo "mmstack build.sh: CUDA ${cuda_compiler_version:-from $(command -v nvcc || echo '?')} build, TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST}"
+  set -x
+else
+  if [[ -n "${arch_list}" ]]; then
+    die "CPU variant (cuda_compiler_version=${cuda_compiler_version:-unset}, FORCE_CUDA=${FORCE_CUDA:-unset}) has arch list '${arch_list}'.
+  Edit conda_build_config.yaml: key mmcv_arch_list must be none on the cuda_compiler_version: None row."
+  fi
+  export FORCE_CUDA=0
+  unset TORCH_CUDA_ARCH_LIST
+  # mmcv's setup.py builds the CUDA extension when `torch.cuda.is_available() or
+  # FORCE_CUDA == '1'`: nvcc on PATH does not matter, but a CUDA torch on a GPU machine would.
+  # Hide the GPUs so a CPU variant stays CPU-only wherever it is built.
+  export CUDA_VISIBLE_DEVICES=""
+  set +x
+  echo "mmstack build.sh: CPU-only build (FORCE_CUDA=0, TORCH_CUDA_ARCH_LIST unset)"
+  set -x
+fi
+
+# --- compiler settings ----------------------------------------------------------------------
+export MMCV_WITH_OPS=1
+# mmcv's setup.py only setdefault()s MAX_JOBS (to nproc-1, at least 4).
+export MAX_JOBS="${CPU_COUNT}"
+# conda's compilers are named x86_64-conda-linux-gnu-c++, which torch's ABI check does not
+# recognise (conda-forge's torch extension feedstocks set this too).
+export TORCH_DONT_CHECK_COMPILER_ABI=1
+# No debug info in the shipped _ext. The -g comes from Python's sysconfig CFLAGS
+# ("-DNDEBUG -g -fwrapv -O3 -Wall"), which setuptools puts into compiler_so, the command torch
+# compiles every .cpp with (sm_90 _ext: 107 MB with -g, 28 MB without). -g0 must come after
+# it. setuptools >= 72 *replaces* the sysconfig CFLAGS with $CFLAGS (older ones append), so
+# start from $CFLAGS where conda's activation set it, else from sysconfig's, to keep -O3.
+py_cflags="$("${PYTHON}" -c 'import sysconfig; print(sysconfig.get_config_var("CFLAGS") or "")')"
+export CFLAGS="${CFLAGS:-${py_cflags}} -g0"
+export CXXFLAGS="${CXXFLAGS:-${py_cflags}} -g0"
+# OpenMP for the CPU ops: patches/0004-enable-openmp-cpu-ops.patch adds -fopenmp in setup.py
+# (compile and link), where the flags for the ops are chosen.
+
+# torch builds with ninja when `ninja` is on PATH (much faster than the serial fallback); a
+# venv's ninja sits next to its python.
+if ! command -v ninja >/dev/null; then
+  py_bin="$(dirname "$(command -v "${PYTHON}")")"
+  if [[ -x "${py_bin}/ninja" ]]; then export PATH="${py_bin}:${PATH}"; fi
+fi
+
+# --- build and install ----------------------------------------------------------------------
+# --no-build-isolation: in an isolated build env torch is missing, setup.py prints "Skip
+# building ext ops" and installs mmcv without _ext (open-mmlab/mmcv#3310).
+"${PYTHON}" -m pip install . --no-deps --no-build-isolation -vv
+
+# --- check what was installed ---------------------------------------------------------------
+set +x
+ext_files="$("${PYTHON}" - <<'EOF'
+from importlib.metadata import distribution
+
+dist = distribution("mmcv")
+for f in dist.files or []:
+    if f.parts[:1] == ("mmcv",) and f.name.startswith("_ext") and f.suffix == ".so":
+        print(dist.locate_file(f))
+EOF
+)"
+if [[ -z "${ext_files}" ]]; then
+  die "mmcv was installed without mmcv/_ext*.so, so mmcv.ops cannot work.
+  Look in the log above for 'Skip building ext ops' (torch not importable by ${PYTHON}) or
+  a compiler error; MMCV_WITH_OPS=${MMCV_WITH_OPS}."
+fi
+for ext in ${ext_files}; do
+  [[ -f "${ext}" ]] || die "pip recorded ${ext} but it is not there."
+  if command -v readelf >/dev/null; then
+    sections="$(readelf -S -W "${ext}")"
+    if grep -q '\.debug_info' <<< "${sections}"; then
+      # Should not happen with -g0 above; strip rather than ship 4x the size.
+      echo "mmstack build.sh: WARNING: ${ext} has debug info despite -g0; stripping it." >&2
+      "${STRIP:-strip}" --strip-debug "${ext}"
+      sections="$(readelf -S -W "${ext}")"
+    fi
+    if [[ "${with_cuda}" == "1" ]] && ! grep -q '\.nv_fatbin' <<< "${sections}"; then
+      die "${ext} has no .nv_fatbin section: the CUDA ops were not compiled (FORCE_CUDA=1)."
+    fi
+    if [[ "${with_cuda}" == "0" ]] && grep -q '\.nv_fatbin' <<< "${sections}"; then
+      die "${ext} has a .nv_fatbin section: CUDA code got into the CPU variant."
+    fi
+  fi
+  echo "mmstack build.sh: installed ${ext} ($(du -h "${ext}" | cut -f1))"
+done

@@ -1,0 +1,264 @@
+"""Render and build recipes into a local channel (py-rattler-build).
+
+`run_build` renders a recipe over the variant matrix, keeps the variants that serve the requested
+environment, builds each with its tests (py-rattler-build skips tests unless asked), and only when
+every variant succeeded moves the packages into the channel and re-indexes it (channel.py: atomic,
+locked). A failed build raises BuildFailed and leaves the channel as it was.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import channel as channelmod
+from .errors import BadInput, BuildFailed
+
+ALL = "all"  # env=ALL: every variant of the matrix
+DEFAULT_CHANNELS = ("conda-forge",)
+TARGET_PLATFORM = "linux-64"
+RECIPE_FILE = "recipe.yaml"
+# Variant keys that pick a build (the rest, like c_stdlib, are the same for every row).
+SELECT_KEYS = ("python", "pytorch", "cuda_compiler_version", "mmcv_arch_list", "arch_tag")
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class BuiltPackage:
+    path: Path  # where it lies in the channel
+    name: str
+    version: str
+    build_string: str
+    variant: dict = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict:
+        return {"path": str(self.path), "name": self.name, "version": self.version,
+                "build_string": self.build_string, "variant": self.variant, "seconds": round(self.seconds, 1)}
+
+
+def load_variant_config(path: str | os.PathLike[str], overrides: Mapping[str, object] | None = None):
+    """conda_build_config.yaml (selectors and all) as rattler-build reads it, plus overrides.
+
+    An override replaces a key's values (a str is one value); zip_keys stay as the file has them,
+    so override unzipped keys (python, pytorch) or every key of a zip group at once.
+    """
+    from rattler_build import JinjaConfig, PlatformConfig, VariantConfig
+
+    path = Path(path)
+    if not path.is_file():
+        raise BadInput(f"{path} not found", source=str(path), fix="pass the variant config (conda_build_config.yaml)")
+    try:
+        jinja = JinjaConfig(platform=PlatformConfig(target_platform=TARGET_PLATFORM))
+        config = VariantConfig.from_conda_build_config(str(path), jinja)
+    except Exception as exc:
+        raise BadInput(f"cannot read variant config: {_first_line(exc)}", source=str(path), fix="fix the YAML") from None
+    if overrides:
+        values = {k: [str(v)] if isinstance(v, (str, int, float)) else [str(x) for x in v] for k, v in overrides.items()}
+        config = config.merge(VariantConfig(values))
+    return config
+
+
+def render(
+    *,
+    recipe_dir: str | os.PathLike[str],
+    variant_config: str | os.PathLike[str] | object,
+    overrides: Mapping[str, object] | None = None,
+    select: Mapping[str, str] | None = None,
+) -> list:
+    """Rendered variants (rattler_build.RenderedVariant) of the recipe, filtered by `select`.
+
+    `variant_config` is a path or a rattler_build.VariantConfig; `select` keeps the variants whose
+    keys equal the given values (strings, as in the variant config: {"arch_tag": "sm89"}).
+    """
+    from rattler_build import PlatformConfig, RenderConfig, Stage0Recipe
+
+    recipe_path = _recipe_file(recipe_dir)
+    config = (load_variant_config(variant_config, overrides)
+              if isinstance(variant_config, (str, os.PathLike)) else variant_config)
+    try:
+        recipe = Stage0Recipe.from_file(recipe_path)
+        rendered = recipe.render(config, RenderConfig(platform=PlatformConfig(target_platform=TARGET_PLATFORM)))
+    except Exception as exc:
+        raise BadInput(f"cannot render recipe: {_render_error(exc)}", source=str(recipe_path),
+                       fix="fix the recipe or add the missing key to the variant config") from None
+    if select:
+        rendered = [v for v in rendered if _matches(v.variant, select)]
+    return rendered
+
+
+def selection_for_env(env: str, config_path: str | os.PathLike[str], *, ignore: Sequence[str] = ()) -> list[dict]:
+    """The variant keys of the builds an environment takes (variants.py maps envs to rows).
+
+    `ignore` drops keys that an override replaces (their matrix values no longer apply).
+    """
+    from . import facts, variants
+
+    matrix = variants.load_matrix(facts.load(), Path(config_path))
+    rows = [v for v in matrix if env == ALL or env in v.envs]
+    if not rows:
+        known = sorted({e for v in matrix for e in v.envs})
+        raise BadInput(f"no variant serves environment {env!r}", source=str(config_path),
+                       fix=f"use one of {', '.join(known)} or {ALL!r}")
+    return [{k: v for k, v in row.variant_keys().items() if k not in ignore} for row in rows]
+
+
+def run_build(
+    *,
+    recipe_dir: str | os.PathLike[str],
+    variant_config: str | os.PathLike[str],
+    channel_dir: str | os.PathLike[str],
+    env: str | None = None,
+    select: Mapping[str, str] | None = None,
+    overrides: Mapping[str, object] | None = None,
+    extra_channels: Sequence[str | os.PathLike[str]] = DEFAULT_CHANNELS,
+    test: bool = True,
+    progress: Progress | None = None,
+    work_dir: str | os.PathLike[str] | None = None,
+    keep_build: bool = False,
+) -> list[BuiltPackage]:
+    """Build the recipe's variants that serve `env` (None or "all": every variant) into `channel_dir`.
+
+    Dependencies resolve from the channel itself first (so an earlier build, e.g. the mmstack
+    package the tests need, is found), then `extra_channels`. `work_dir` holds the temporary
+    build tree (default: the system temp dir); it is removed afterwards unless `keep_build`.
+    """
+    from rattler_build import ToolConfiguration
+
+    say = progress or (lambda _msg: None)
+    rendered = render(recipe_dir=recipe_dir, variant_config=variant_config, overrides=overrides, select=select)
+    if env and env != ALL:
+        wanted = selection_for_env(env, variant_config, ignore=tuple(overrides or ()))
+        rendered = [v for v in rendered if any(_matches(v.variant, w) for w in wanted)]
+    if not rendered:
+        raise BadInput("no variant of the recipe matches the selection", source=str(variant_config),
+                       fix="check --env / the selection against `mmstack matrix`")
+
+    channel_path = Path(channel_dir).expanduser().resolve()
+    channels = [_as_channel(c) for c in extra_channels]
+    if channel_path.is_dir():
+        channels.insert(0, channelmod.ensure_channel(channel_path).as_uri())
+    tool = ToolConfiguration(test_strategy="native" if test else "skip", keep_build=keep_build)
+    callback = _Callback(say) if progress else None
+
+    out = Path(tempfile.mkdtemp(prefix="mmstack-build-", dir=work_dir))
+    built: list[tuple[Path, object, float]] = []
+    try:
+        for i, variant in enumerate(rendered, 1):
+            name = f"{variant.recipe.package.name}-{variant.recipe.package.version}-{variant.recipe.build.string}"
+            say(f"[{i}/{len(rendered)}] building {name}")
+            started = time.monotonic()
+            try:
+                result = variant.run_build(tool_config=tool, output_dir=out, channels=channels,
+                                           progress_callback=callback)
+            except Exception as exc:
+                raise _build_failed(name, exc, Path(work_dir or tempfile.gettempdir())) from None
+            seconds = time.monotonic() - started
+            say(f"[{i}/{len(rendered)}] built {name} in {seconds:.0f}s")
+            built.extend((Path(p), result, seconds) for p in result.packages)
+        landed = channelmod.add_packages(channel_path, [p for p, _, _ in built])
+    finally:
+        if not keep_build:
+            shutil.rmtree(out, ignore_errors=True)
+    return [
+        BuiltPackage(path=dest, name=result.name, version=result.version, build_string=result.build_string,
+                     variant=dict(result.variant), seconds=seconds)
+        for dest, (_, result, seconds) in zip(landed, built)
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def _recipe_file(recipe_dir: str | os.PathLike[str]) -> Path:
+    path = Path(recipe_dir)
+    if path.is_dir():
+        path = path / RECIPE_FILE
+    if not path.is_file():
+        raise BadInput(f"{path} not found", source=str(path), fix="pass a recipe directory holding recipe.yaml")
+    return path
+
+
+def _matches(variant: Mapping[str, object], select: Mapping[str, object]) -> bool:
+    """A key the recipe does not use for this variant (arch_tag of the CPU build) cannot differ."""
+    return all(str(variant[k]) == str(v) for k, v in select.items() if k in variant)
+
+
+def _as_channel(c: str | os.PathLike[str]) -> str:
+    text = os.fspath(c)
+    if "://" in text or not (os.sep in text or Path(text).exists()):
+        return text  # a URL or a channel name like conda-forge
+    return channelmod.ensure_channel(text).as_uri()
+
+
+_SHA_MISMATCH = re.compile(r"(sha256|md5) checksum validation failed for (.*)")
+_EXPECTED = re.compile(r"expected:\s*([0-9a-f]+)")
+_ACTUAL = re.compile(r"actual:\s*([0-9a-f]+)")
+_ERROR_LINE = re.compile(r"(?i)\berror\b|fatal|no such file|not found|undefined reference|cannot|failed to")
+
+
+def _build_failed(name: str, exc: Exception, log_dir: Path) -> BuildFailed:
+    """One line saying what failed, from rattler-build's multi-line error and captured log."""
+    text = str(exc)
+    log = [str(line) for line in (getattr(exc, "log", None) or [])]
+    sha = _SHA_MISMATCH.search(text)
+    if sha:
+        expected, actual = _EXPECTED.search(text), _ACTUAL.search(text)
+        got = f": recipe says {expected.group(1)[:12]}..., download is {actual.group(1)[:12]}..." if expected and actual else ""
+        return BuildFailed(f"{name}: source {sha.group(1)} mismatch{got}",
+                           fix="check source.url and source.sha256 in recipe.yaml (a re-released sdist changes its hash)")
+    log_file = log_dir / f"mmstack-build-{name}.log"
+    try:
+        log_file.write_text("\n".join(log + ["", text]) + "\n")
+    except OSError:
+        log_file = None
+    summary = text.strip().splitlines()[0].removeprefix("PyRattlerBuildError: ") if text.strip() else type(exc).__name__
+    # the script's own last error line, before rattler-build's "Script failed with status N"
+    cut = next((i for i, line in enumerate(log) if line.startswith("Script failed with status")), len(log))
+    errors = [line.strip() for line in log[:cut] if _ERROR_LINE.search(line)]
+    detail = f"{summary}: {errors[-1][:300]}" if errors else summary
+    where = f"the full log is {log_file}" if log_file else "rerun with keep_build=True and read the build log"
+    return BuildFailed(f"{name}: {detail}", fix=f"{where}; the build tree is kept with --keep-build")
+
+
+class _Callback:
+    """rattler-build progress events as one-line messages."""
+
+    def __init__(self, say: Progress):
+        self._say = say
+
+    def on_build_step(self, event) -> None:
+        self._say(f"{event.step_name}: {event.message}")
+
+    def on_log(self, event) -> None:
+        if event.level in ("warn", "error"):
+            self._say(f"{event.level}: {event.message}")
+
+    def on_download_start(self, event) -> None:
+        self._say(f"downloading {event.url}")
+
+    def on_download_progress(self, event) -> None:
+        pass
+
+    def on_download_complete(self, event) -> None:
+        pass
+
+
+def _render_error(exc: Exception) -> str:
+    """rattler-build wraps Jinja errors in a Debug dump; keep the sentence a person can act on."""
+    text = str(exc)
+    m = re.search(r'message: "(.*?)(?: \(in <string>|", span)', text, re.S)
+    if m:
+        return " ".join(m.group(1).replace("\\n", " ").split())
+    return _first_line(exc)
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

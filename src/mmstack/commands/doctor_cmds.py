@@ -1,0 +1,59 @@
+"""`mmstack doctor` and `mmstack detect`."""
+
+from __future__ import annotations
+
+from .. import report
+from ..doctor import assign_envs, detect_gpus, findings, fingerprint
+from ..facts import load
+
+
+def run_doctor(*, as_json: bool) -> int:
+    """Exit 1 when a finding is a FAIL (warnings alone exit 0)."""
+    fp = fingerprint()
+    problems = findings(fp, load())
+    if as_json:
+        report.print_json({"fingerprint": fp, "findings": [f.as_dict() for f in problems]})
+    else:
+        torch, mmcv = fp["torch"], fp["mmcv"]
+        archs = mmcv.get("ext_archs") or {}
+        rows = [
+            ("GPU(s)", "; ".join(f"{g['name']} ({g['compute_capability']})" for g in fp["gpus"]) or
+             f"none ({'; '.join(fp['gpu_notes'])})"),
+            ("driver", fp["driver"] or "-"),
+            ("torch", f"{torch.get('torch_version') or torch.get('torch_error') or '-'}, CUDA {torch.get('torch_cuda') or '-'},"
+                      f" cuDNN {torch.get('cudnn') or '-'}, CXX11 ABI {torch.get('cxx11_abi')}"),
+            ("nvcc", (fp["nvcc"] or {}).get("version") or "-"),
+            ("gcc", (fp["gcc"] or {}).get("version") or "-"),
+            ("glibc", fp["glibc"] or "-"),
+            ("OS", f"{fp['os']} (kernel {fp['kernel']})"),
+            ("Python", f"{fp['python']['version']} {fp['python']['executable']}"),
+            ("mmcv", f"{mmcv.get('version') or mmcv.get('error') or '-'} {mmcv.get('file') or ''}".strip()),
+            ("mmcv _ext", archs.get("error") or
+             (f"SASS {', '.join(archs.get('sass', [])) or '-'}; PTX {', '.join(archs.get('ptx', [])) or '-'}" if archs else "-")),
+        ] + [(k, v if v is not None else "-") for k, v in fp["env"].items() if k in ("CUDA_HOME", "LD_LIBRARY_PATH")]
+        report.print_table(["", "found"], rows, title="mmstack doctor")
+        if problems:
+            report.print_table(["", "problem", "fix"], [(report.status_style(f.severity), f.what, f.fix) for f in problems])
+        else:
+            report.info("no problems found")
+    return 1 if any(f.severity == "FAIL" for f in problems) else 0
+
+
+def run_detect(*, as_json: bool) -> int:
+    """Exit 0 with GPUs that have an environment, or with none (use cpu); 1 if a GPU has none."""
+    gpus, source, notes = detect_gpus()
+    gpus = assign_envs(gpus, load())
+    envs = sorted({g["environment"] for g in gpus if g["environment"]})
+    suggest = [f"pixi run -e {e} verify" for e in envs] if gpus else ["pixi run -e cpu verify"]
+    if as_json:
+        report.print_json({"gpus": gpus, "source": source, "notes": notes,
+                           "environments": envs if gpus else ["cpu"], "suggest": suggest})
+    elif gpus:
+        report.print_table(["#", "GPU", "CC", "driver", "environment", "run"],
+                           [(g["index"], g["name"], g["compute_capability"], g["driver"], g["environment"] or "none",
+                             g["command"] or "no environment serves this GPU (see `mmstack gpus`)") for g in gpus],
+                           title=f"local GPUs (from {source})")
+    else:
+        report.console().print(f"no NVIDIA GPU found ({'; '.join(notes)}); use the cpu environment: {suggest[0]}",
+                               highlight=False, markup=False)
+    return 1 if any(not g["environment"] for g in gpus) else 0

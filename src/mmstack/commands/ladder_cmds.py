@@ -1,0 +1,42 @@
+"""`mmstack verify` and `mmstack fatbin`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .. import report
+from ..ladder import DEFAULT_TIMEOUT, parse_levels, run_ladder
+
+
+def run_verify(*, levels: str | None, as_json: bool, expect_gpu: bool, python: str | None,
+               timeout: float = DEFAULT_TIMEOUT) -> int:
+    """Exit 0 when every requested level passes or skips for a stated reason, 1 otherwise."""
+    result = run_ladder(levels=parse_levels(levels), python=python, timeout=timeout, expect_gpu=expect_gpu)
+    if as_json:
+        report.print_json(result.as_dict())
+    else:
+        rows = []
+        for r in result.levels:
+            detail = r.reason or ""
+            if r.diagnosis:
+                detail += f"\n→ {r.diagnosis.cause}\n  fix: {r.diagnosis.fix}"
+            rows.append((r.level, r.title, report.status_style(r.status), f"{r.seconds:.1f}s" if r.seconds else "", detail))
+        report.print_table(["level", "name", "status", "time", "evidence / diagnosis"], rows,
+                           title=f"mmstack verify ({result.python})")
+        report.info(("all requested levels pass" if result.ok else "verification FAILED") + f" in {result.seconds:.1f} s")
+    return 0 if result.ok else 1
+
+
+def run_fatbin(*, path: Path, as_json: bool) -> int:
+    from ..fatbin import list_fatbins, summarize
+
+    listings = list_fatbins(path)
+    if as_json:
+        report.print_json(summarize(listings))
+        return 0
+    rows = [(li.path, ", ".join(li.sass) or "-", ", ".join(li.ptx) or "-", "yes" if li.compressed else "no")
+            for li in listings]
+    report.print_table(["file", "SASS", "PTX", "compressed"], rows, title=str(path))
+    if not listings:
+        report.info("no ELF shared objects found")
+    return 0

@@ -1,0 +1,452 @@
+"""The verification ladder, L1..L5, each level in its own child process.
+
+    L1 import   `import mmcv`: version and location
+    L2 CUDA     GPU(s), driver vs torch's CUDA, ext archs (read from the .so) vs the GPU
+    L3 ops load mmcv._ext and mmcv.ops import, every DT_NEEDED library loads; then, in a second
+                child, get_compiler_version / get_compiling_cuda_version / collect_env (they
+                segfault when the ext and torch disagree on compiler/ABI)
+    L4 ops run  roi_align, nms, box_iou_rotated, deform_conv, points_in_boxes against known values,
+                the CPU kernel and torchvision
+    L5 train    a few optimiser steps of a tiny DeformConv2d + RoIAlign model; the loss must fall
+
+A crash (signal), a hang (timeout) or an exception becomes that level's FAIL with a diagnosis
+from `diagnose.RULES`; levels that need it are NOT RUN. Importable with the stdlib alone: facts,
+arch and fatbin (pydantic, pyelftools) are imported only where L2 needs them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .diagnose import Diagnosis, diagnose
+from .errors import BadInput
+
+LEVELS = ("L1", "L2", "L3", "L4", "L5")
+TITLES = {"L1": "import", "L2": "CUDA", "L3": "ops load", "L4": "ops run", "L5": "train"}
+NEEDS = {"L2": "L1", "L3": "L1", "L4": "L3", "L5": "L4"}
+DEFAULT_TIMEOUT = 300.0
+CHILD = Path(__file__).with_name("_ladder_child.py")
+# Run the child by path so the interpreter under test needs no mmstack; drop argv[0].
+_BOOT = "import runpy,sys; p=sys.argv[1]; sys.argv=sys.argv[1:]; runpy.run_path(p, run_name='__main__')"
+_TAIL_LINES = 25
+
+
+def parse_levels(text: str | None) -> tuple[str, ...]:
+    if not text or text.strip().lower() == "all":
+        return LEVELS
+    wanted = []
+    for token in text.replace(";", ",").split(","):
+        token = token.strip().upper()
+        if not token:
+            continue
+        token = token if token.startswith("L") else f"L{token}"
+        if token not in LEVELS:
+            raise BadInput(f"--levels: unknown level {token!r} in {text!r}", fix="use L1..L5, e.g. --levels L1,L3,L4")
+        wanted.append(token)
+    return tuple(sorted(set(wanted)))
+
+
+# -- one child process ---------------------------------------------------------------------------
+
+
+@dataclass
+class ChildRun:
+    mode: str
+    returncode: int | None
+    seconds: float
+    timed_out: bool = False
+    done: bool = False
+    step: str | None = None
+    evidence: dict = field(default_factory=dict)
+    errors: list = field(default_factory=list)
+    output: str = ""
+
+    @property
+    def signal(self) -> str | None:
+        if self.returncode is not None and self.returncode < 0:
+            try:
+                return signal.Signals(-self.returncode).name
+            except ValueError:
+                return f"signal {-self.returncode}"
+        return None
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and self.done and not self.timed_out and not self.errors
+
+    def tail(self, n: int = _TAIL_LINES) -> str:
+        return "\n".join(self.output.rstrip().splitlines()[-n:])
+
+    def failure(self) -> dict:
+        """What went wrong, for the evidence."""
+        info = {"step": self.step}
+        if self.timed_out:
+            info["timed_out"] = True
+        elif self.signal:
+            info["signal"] = self.signal
+        elif not self.done:
+            info["returncode"] = self.returncode
+        if self.errors:
+            info["error"] = self.errors[0] if len(self.errors) == 1 else self.errors
+        if self.timed_out or self.signal or not self.done:
+            info["output_tail"] = self.tail()
+        return info
+
+    def failure_text(self, level: str, timeout: float) -> str:
+        """The text `diagnose` matches: key=value lines, then the error (and stderr for a crash)."""
+        lines = [f"level={level}", f"step={self.step or '?'}"]
+        if self.signal:
+            lines[-1] += f" signal={self.signal}"
+        if self.timed_out:
+            lines.append(f"timeout={timeout:g}")
+        lines += [str(e) for e in self.errors]
+        if (self.signal or not self.done) and not self.timed_out:
+            lines.append(self.tail(8))
+        return "\n".join(lines)
+
+
+def run_child(mode: str, *, python: str, timeout: float, opts: dict | None = None,
+              env: dict | None = None) -> ChildRun:
+    """Run one child mode under `python`; never raises for what happens inside the child."""
+    with tempfile.TemporaryDirectory(prefix="mmstack-ladder-") as tmp:
+        result = Path(tmp) / "result.jsonl"
+        result.touch()
+        cmd = [python, "-c", _BOOT, str(CHILD), mode, str(result), json.dumps(opts or {})]
+        start = time.perf_counter()
+        timed_out = False
+        try:
+            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, start_new_session=True, env=env)
+        except OSError as exc:
+            raise BadInput(f"cannot run {python}: {exc.strerror}", fix="pass a Python interpreter to --python") from None
+        try:
+            out, _ = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)  # the child's session: it and anything it started
+            except ProcessLookupError:
+                pass
+            out, _ = proc.communicate()
+        run = ChildRun(mode=mode, returncode=proc.returncode, seconds=round(time.perf_counter() - start, 3),
+                       timed_out=timed_out, output=out.decode("utf-8", "replace"))
+        for line in result.read_text(encoding="utf-8", errors="replace").splitlines():
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:  # a line cut short by the crash
+                continue
+            if "step" in rec:
+                run.step = rec["step"]
+            run.evidence.update(rec.get("evidence", {}))
+            if "error" in rec:
+                run.errors.append(rec["error"])
+                if "traceback" in rec:
+                    run.evidence["traceback"] = rec["traceback"]
+            run.done = run.done or bool(rec.get("done"))
+        return run
+
+
+# -- levels ------------------------------------------------------------------------------------
+
+
+@dataclass
+class LevelResult:
+    level: str
+    status: str  # PASS, FAIL, SKIP, NOT RUN
+    seconds: float = 0.0
+    evidence: dict = field(default_factory=dict)
+    reason: str | None = None
+    diagnosis: Diagnosis | None = None
+
+    @property
+    def title(self) -> str:
+        return TITLES[self.level]
+
+    def as_dict(self) -> dict:
+        return {
+            "level": self.level,
+            "name": self.title,
+            "status": self.status,
+            "seconds": self.seconds,
+            "reason": self.reason,
+            "diagnosis": self.diagnosis.as_dict() if self.diagnosis else None,
+            "evidence": self.evidence,
+        }
+
+
+@dataclass
+class LadderResult:
+    python: str
+    levels: list
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return all(r.status in ("PASS", "SKIP") for r in self.levels)
+
+    def as_dict(self) -> dict:
+        return {"python": self.python, "ok": self.ok, "seconds": self.seconds,
+                "levels": [r.as_dict() for r in self.levels]}
+
+
+class _Ladder:
+    def __init__(self, *, python: str, timeout: float, expect_gpu: bool, env: dict | None):
+        self.python, self.timeout, self.expect_gpu, self.env = python, timeout, expect_gpu, env
+        self.context: dict = {"python": python, "timeout": timeout}
+
+    def child(self, mode: str, opts: dict | None = None) -> ChildRun:
+        return run_child(mode, python=self.python, timeout=self.timeout, opts=opts, env=self.env)
+
+    def learn(self, ev: dict) -> None:
+        """Keep what a level found that later diagnoses can name."""
+        for key in ("torch_version", "torch_cuda", "driver", "cxx11_abi", "device"):
+            if ev.get(key) not in (None, ""):
+                self.context[key] = ev[key]
+        devices = ev.get("devices") or []
+        if devices:
+            self.context.update(gpu=devices[0]["name"], cc=devices[0]["compute_capability"])
+            major, minor = devices[0]["compute_capability"].split(".")
+            self.context["sm"] = f"sm_{major}{minor}"
+        _facts_context(self.context)
+
+    def failed(self, level: str, runs: list[ChildRun], evidence: dict, seconds: float) -> LevelResult:
+        bad = next(r for r in runs if not r.ok)
+        context = {**self.context, "step": bad.step, "signal": bad.signal}
+        diag = diagnose(bad.failure_text(level, self.timeout), context)
+        reason = _reason(bad)
+        return LevelResult(level, "FAIL", seconds, evidence, reason, diag)
+
+    # L1 ---------------------------------------------------------------------------------------
+    def l1(self) -> LevelResult:
+        run = self.child("L1")
+        self.learn(run.evidence)
+        ev = dict(run.evidence)
+        if not run.ok:
+            ev.update(run.failure())
+            return self.failed("L1", [run], ev, run.seconds)
+        return LevelResult("L1", "PASS", run.seconds, ev,
+                           f"mmcv {ev.get('mmcv_version')} from {ev.get('mmcv_file')}")
+
+    # L2 ---------------------------------------------------------------------------------------
+    def l2(self) -> LevelResult:
+        run = self.child("L2")
+        self.learn(run.evidence)
+        ev = dict(run.evidence)
+        if not run.ok:
+            ev.update(run.failure())
+            return self.failed("L2", [run], ev, run.seconds)
+        listing = _ext_listing(ev.get("ext_path"))
+        ev["ext_archs"] = listing
+        status, reason, problem, extra = decide_cuda(ev, listing, expect_gpu=self.expect_gpu)
+        ev.update(extra)
+        if extra.get("driver_needed"):
+            self.context["driver_needed"] = extra["driver_needed"]
+        diag = diagnose(f"level=L2\n{problem}", self.context) if problem else None
+        return LevelResult("L2", status, run.seconds, ev, reason, diag)
+
+    # L3 ---------------------------------------------------------------------------------------
+    def l3(self, load: ChildRun, info: ChildRun) -> LevelResult:
+        for r in (load, info):
+            self.learn(r.evidence)
+        ev = {"load": dict(load.evidence), "info": dict(info.evidence)}
+        if not load.ok:
+            ev["load"].update(load.failure())
+        if not info.ok:
+            ev["info"].update(info.failure())
+        seconds = max(load.seconds, info.seconds)
+        if load.ok and info.ok:
+            reason = f"{ev['load'].get('ops_count', '?')} ops; {ev['info'].get('compiler')}, CUDA {ev['info'].get('compiling_cuda')}"
+            return LevelResult("L3", "PASS", seconds, ev, reason)
+        runs = [r for r in (load, info) if not r.ok]
+        result = self.failed("L3", runs, ev, seconds)
+        if len(runs) == 2:
+            result.reason = "; ".join(dict.fromkeys(_reason(r) for r in runs))
+        return result
+
+    # L4, L5 -----------------------------------------------------------------------------------
+    def simple(self, level: str) -> LevelResult:
+        run = self.child(level)
+        self.learn(run.evidence)
+        ev = dict(run.evidence)
+        if not run.ok:
+            ev.update(run.failure())
+            return self.failed(level, [run], ev, run.seconds)
+        if level == "L4":
+            reason = f"5 ops on {ev.get('device')} match known values" + (
+                "" if ev.get("device") == "cpu" else ", the CPU kernels") + (
+                ", torchvision" if not str(ev.get("torchvision", "")).startswith("torchvision not") else
+                "; torchvision not importable, comparison skipped")
+        else:
+            losses = ev.get("losses") or [0, 0]
+            reason = f"loss {losses[0]:.4g} -> {losses[-1]:.4g} in {len(losses)} steps on {ev.get('device')}"
+        return LevelResult(level, "PASS", run.seconds, ev, reason)
+
+
+def _reason(run: ChildRun) -> str:
+    where = f" in {run.step}" if run.step else ""
+    if run.timed_out:
+        return f"timed out{where} after {run.seconds:g} s"
+    if run.signal:
+        return f"crashed with {run.signal}{where}"
+    if run.errors:
+        return str(run.errors[0]).splitlines()[0][:300]
+    return f"exited {run.returncode}{where} without a result"
+
+
+def _facts_context(context: dict) -> None:
+    """Add what the facts say: the environment for the GPU, the driver torch's CUDA needs."""
+    try:
+        from .compat import driver_needed, environment_for, install_hint
+        from .facts import load
+    except ImportError:  # stdlib-only environments: diagnoses fall back to generic phrases
+        return
+    try:
+        facts = load()
+        if context.get("gpu") or context.get("cc"):
+            hint = install_hint(environment_for(facts, name=context.get("gpu"), cc=context.get("cc")))
+            if hint:
+                context["install"] = hint
+        if context.get("torch_cuda") and "driver_needed" not in context:
+            context["driver_needed"] = driver_needed(facts, context["torch_cuda"])
+    except Exception:  # noqa: BLE001 - context is best effort; the level's own result stands
+        return
+
+
+def _ext_listing(ext_path: str | None) -> dict:
+    if not ext_path:
+        return {"error": "mmcv._ext not found"}
+    try:
+        from .fatbin import list_fatbins
+    except ImportError as exc:
+        return {"error": f"cannot read fatbins: {exc}"}
+    try:
+        listings = list_fatbins(ext_path)
+    except Exception as exc:  # noqa: BLE001 - BadInput or a malformed file: evidence, not a crash
+        return {"error": str(exc)}
+    sass = sorted({a for li in listings for a in li.sass}, key=_arch_key)
+    ptx = sorted({a for li in listings for a in li.ptx}, key=_arch_key)
+    return {"path": ext_path, "sass": sass, "ptx": ptx, "compressed": any(li.compressed for li in listings)}
+
+
+def _arch_key(a: str) -> tuple:
+    major, _, rest = a.partition(".")
+    return int(major), int(rest[:1] or 0), rest[1:]
+
+
+def decide_cuda(ev: dict, listing: dict, *, expect_gpu: bool) -> tuple[str, str, str | None, dict]:
+    """L2's verdict from the child's evidence and the ext's archs: (status, reason, problem, extra).
+
+    `problem` is the text diagnosed when the level fails (None when it passes or skips).
+    """
+    torch_cuda, driver, available = ev.get("torch_cuda"), ev.get("driver"), ev.get("cuda_available")
+    extra: dict = {}
+
+    def no_gpu(reason: str, problem: str) -> tuple[str, str, str | None, dict]:
+        if expect_gpu:
+            return "FAIL", reason + " (--expect-gpu)", problem, extra
+        return "SKIP", reason, None, extra
+
+    if not torch_cuda:
+        why = f"torch {ev.get('torch_version')} is a CPU build"
+        if driver:
+            why += f", although NVIDIA driver {driver} is loaded"
+        return no_gpu(why, "torch is a CPU build")
+    compat = None
+    if driver or ev.get("driver_cuda"):
+        from .compat import driver_compat
+        from .facts import load
+
+        compat = driver_compat(load(), driver=driver, runtime_cuda=torch_cuda, driver_cuda=ev.get("driver_cuda"))
+        extra["driver_compat"] = compat.as_dict()
+        if compat.needed:
+            extra["driver_needed"] = compat.needed
+    if not available:
+        if compat is not None and compat.mode == "too-old":
+            return "FAIL", compat.message, f"driver version is insufficient: {compat.message}", extra
+        if not driver:
+            return no_gpu("no NVIDIA GPU or driver found", "no NVIDIA GPU or driver found")
+        vis = os.environ.get("CUDA_VISIBLE_DEVICES")
+        why = f"torch.cuda.is_available() is False with driver {driver}" + (
+            f" (CUDA_VISIBLE_DEVICES={vis!r})" if vis is not None else "")
+        return no_gpu(why, why)
+    if compat is not None and not compat.ok and compat.mode == "too-old":
+        return "FAIL", compat.message, f"driver version is insufficient: {compat.message}", extra
+    if "error" in listing:
+        return "FAIL", f"cannot read mmcv's _ext archs: {listing['error']}", listing["error"], extra
+    sass, ptx = listing["sass"], listing["ptx"]
+    if not sass and not ptx:
+        msg = f"mmcv's _ext holds no CUDA code (a CPU build of mmcv) under torch CUDA {torch_cuda}"
+        return "FAIL", msg, msg, extra
+    from .arch import Coverage
+    from .compat import coverage_message, ext_coverage
+
+    notes, problems = [], []
+    for dev in ev.get("devices") or []:
+        cov = ext_coverage(dev["compute_capability"], sass, ptx)
+        dev["coverage"] = cov.coverage.value
+        msg = coverage_message(dev["name"], dev["compute_capability"], cov, sass, ptx)
+        (problems if cov.coverage is Coverage.NONE else notes).append(msg)
+    if problems:
+        return "FAIL", problems[0], problems[0], extra
+    reason = "; ".join(notes) + f"; torch CUDA {torch_cuda}"
+    if compat is not None:
+        reason += f", {compat.mode} driver {driver or ev.get('driver_cuda')}"
+    return "PASS", reason, None, extra
+
+
+# -- the whole ladder ----------------------------------------------------------------------------
+
+
+def run_ladder(*, levels=LEVELS, python: str | None = None, timeout: float = DEFAULT_TIMEOUT,
+               expect_gpu: bool = False, env: dict | None = None) -> LadderResult:
+    """Run the requested levels; a level whose prerequisite (when requested) did not pass is NOT RUN."""
+    python = python or sys.executable
+    start = time.perf_counter()
+    ladder = _Ladder(python=python, timeout=timeout, expect_gpu=expect_gpu, env=env)
+    wanted = set(levels)
+    done: dict[str, LevelResult] = {}
+
+    def blocked(level: str) -> LevelResult | None:
+        need = NEEDS.get(level)
+        while need and need not in wanted:  # a prerequisite that was not requested does not block
+            need = NEEDS.get(need)
+        if need and done[need].status not in ("PASS", "SKIP"):
+            return LevelResult(level, "NOT RUN", reason=f"needs {need}, which {_verb(done[need].status)}")
+        return None
+
+    if "L1" in wanted:
+        done["L1"] = ladder.l1()
+    # L2 and both L3 children need only L1: run them side by side.
+    jobs = {}
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        for level in ("L2", "L3"):
+            if level in wanted:
+                stop = blocked(level)
+                if stop:
+                    done[level] = stop
+                elif level == "L2":
+                    jobs["L2"] = pool.submit(ladder.l2)
+                else:
+                    jobs["L3"] = (pool.submit(ladder.child, "L3"), pool.submit(ladder.child, "L3-info"))
+        if "L2" in jobs:
+            done["L2"] = jobs["L2"].result()
+        if "L3" in jobs:
+            done["L3"] = ladder.l3(jobs["L3"][0].result(), jobs["L3"][1].result())
+    for level in ("L4", "L5"):
+        if level in wanted:
+            done[level] = blocked(level) or ladder.simple(level)
+    results = [done[lv] for lv in LEVELS if lv in done]
+    return LadderResult(python=python, levels=results, seconds=round(time.perf_counter() - start, 3))
+
+
+def _verb(status: str) -> str:
+    return {"FAIL": "failed", "NOT RUN": "did not run"}.get(status, status.lower())

@@ -1,0 +1,299 @@
+"""Read and write the two lock formats: pixi.lock (rattler's LockFile) and conda-lock v1 files.
+
+Both come from one solve. pixi.lock holds every environment, each on its own platform entry
+(pixi.lock v7 keeps a platform's declared virtual packages, e.g. `__cuda=12.9`,
+`__cuda_arch=8.9`). `envs/<env>.conda-lock.yml` is conda-lock's v1 format
+(https://github.com/conda/conda-lock, `conda_lock/lockfile/v1/models.py`) for conda/mamba
+users; its `metadata.custom_metadata` carries the digests of the inputs the environment was
+solved from, which is how `mmstack lock check` tells a stale lock.
+
+Writes are atomic as a set: every file goes to a temporary file beside its target first and is
+renamed into place only when all of them were written.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from .errors import BadInput
+from .pixi_manifest import Platform
+
+PIXI_LOCK = "pixi.lock"
+ENVS_DIR = "envs"
+DIGEST_KEYS = ("mmstack_manifest", "mmstack_matrix", "mmstack_facts")
+
+
+@dataclass(frozen=True)
+class Locked:
+    """One locked conda package, independent of the file it was read from."""
+
+    name: str
+    version: str
+    build: str
+    subdir: str
+    url: str
+    file_name: str
+    sha256: str | None
+    md5: str | None
+    depends: tuple[str, ...] = ()
+    constrains: tuple[str, ...] = ()
+    record: object = field(default=None, compare=False, repr=False)  # rattler RepoDataRecord, when read from pixi.lock
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} {self.version} {self.build}"
+
+    @classmethod
+    def from_record(cls, r) -> "Locked":
+        return cls(
+            name=r.name.normalized, version=str(r.version), build=str(r.build), subdir=str(r.subdir),
+            url=str(r.url), file_name=str(r.file_name),
+            sha256=r.sha256.hex() if r.sha256 else None, md5=r.md5.hex() if r.md5 else None,
+            depends=tuple(r.depends), constrains=tuple(r.constrains), record=r,
+        )
+
+
+@dataclass(frozen=True)
+class LockedEnv:
+    name: str
+    platform: str  # platform name in the lock
+    subdir: str
+    virtual_packages: tuple[str, ...]  # ("__cuda=12.9", ...)
+    channels: tuple[str, ...]
+    packages: tuple[Locked, ...]
+    pypi: tuple[tuple[str, str], ...] = ()  # (name, version)
+
+    def by_name(self, name: str) -> list[Locked]:
+        return [p for p in self.packages if p.name == name]
+
+    def vp(self, name: str) -> str | None:
+        for s in self.virtual_packages:
+            n, _, v = s.partition("=")
+            if n == name:
+                return v.split("=")[0]
+        return None
+
+
+# -- pixi.lock ---------------------------------------------------------------------------------
+
+
+def read_pixi_lock(path: Path) -> dict[str, LockedEnv]:
+    """Every environment in a pixi.lock; a file rattler cannot read is a BadInput naming it."""
+    from rattler import LockFile
+
+    path = Path(path)
+    try:
+        lf = LockFile.from_path(path)
+        envs: dict[str, LockedEnv] = {}
+        for name, env in lf.environments():
+            plats = env.platforms()
+            if len(plats) != 1:
+                raise BadInput(f"environment {name!r} is locked for {len(plats)} platforms; mmstack locks one",
+                               source=str(path), fix="run `mmstack lock`")
+            p = plats[0]
+            records = env.conda_repodata_records_for_platform(p) or []
+            pypi = env.pypi_packages_for_platform(p) or []
+            envs[name] = LockedEnv(
+                name=name, platform=p.name, subdir=str(p.subdir), virtual_packages=tuple(p.virtual_packages),
+                channels=tuple(str(c.url if hasattr(c, "url") else c) for c in env.channels()),
+                packages=tuple(sorted((Locked.from_record(r) for r in records), key=lambda x: x.name)),
+                pypi=tuple((str(getattr(q, "name", q)), str(getattr(q, "version", ""))) for q in pypi),
+            )
+        return envs
+    except BadInput:
+        raise
+    except BaseException as exc:  # rattler raises its own types; a malformed file can even panic in pyo3
+        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            raise
+        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise BadInput(f"cannot read the lock file: {msg}", source=str(path), fix="run `mmstack lock` to rewrite it") from None
+
+
+def build_pixi_lock(envs: dict[str, tuple[Platform, list[str], list]]):
+    """A rattler LockFile: env name -> (platform, channel URLs, rattler records)."""
+    from rattler import LockChannel, LockFile, LockPlatform
+    from rattler import Subdir
+
+    plats: dict[str, object] = {}
+    for _, (plat, _, _) in sorted(envs.items()):
+        if plat.name not in plats:
+            subdir = None if plat.name == plat.subdir else Subdir(plat.subdir)
+            plats[plat.name] = LockPlatform(plat.name, subdir=subdir, virtual_packages=plat.lock_strings())
+    lf = LockFile(list(plats.values()))
+    for name, (plat, channels, records) in sorted(envs.items()):
+        lf.set_channels(name, [LockChannel(c.rstrip("/")) for c in channels])
+        lp = plats[plat.name]
+        for r in sorted(records, key=lambda r: r.name.normalized):
+            lf.add_conda_package(name, lp, r)
+    return lf
+
+
+# -- conda-lock v1 -------------------------------------------------------------------------------
+
+
+def conda_lock_path(root: Path, env: str) -> Path:
+    return Path(root) / ENVS_DIR / f"{env}.conda-lock.yml"
+
+
+def env_yml_path(root: Path, env: str) -> Path:
+    return Path(root) / ENVS_DIR / f"{env}.yml"
+
+
+def conda_lock_document(*, env: LockedEnv, channels: list[str], sources: list[str], digests: dict[str, str],
+                        content_hash: str) -> dict:
+    """The conda-lock v1 document for one environment (one platform)."""
+    return {
+        "version": 1,
+        "metadata": {
+            "content_hash": {env.subdir: content_hash},
+            "channels": [{"url": c.rstrip("/"), "used_env_vars": []} for c in channels],
+            "platforms": [env.subdir],
+            "sources": sources,
+            "custom_metadata": {"mmstack_env": env.name, "mmstack_platform": env.platform,
+                                "mmstack_virtual_packages": " ".join(env.virtual_packages), **digests},
+        },
+        "package": [
+            {
+                "name": p.name,
+                "version": p.version,
+                "manager": "conda",
+                "platform": env.subdir,
+                "dependencies": _dependencies(p.depends),
+                "url": p.url,
+                "hash": {k: v for k, v in (("md5", p.md5), ("sha256", p.sha256)) if v},
+                "category": "main",
+                "optional": False,
+            }
+            for p in sorted(env.packages, key=lambda p: p.name)
+        ],
+    }
+
+
+def _dependencies(depends) -> dict[str, str]:
+    """conda-lock's `dependencies`: name -> version constraint ("" for any); repeated names join with ','."""
+    from rattler import MatchSpec
+
+    out: dict[str, str] = {}
+    for dep in depends:
+        try:
+            ms = MatchSpec(dep)
+            name = ms.name.normalized
+            version = "" if ms.version is None else str(ms.version)
+        except Exception:  # keep what cannot be parsed verbatim rather than dropping it
+            name, _, version = dep.partition(" ")
+        version = "" if version == "*" else version
+        if out.get(name) and version:
+            out[name] = f"{out[name]},{version}"
+        else:
+            out[name] = out.get(name) or version
+    return out
+
+
+@dataclass(frozen=True)
+class CondaLock:
+    path: Path
+    env: str
+    subdir: str
+    channels: tuple[str, ...]
+    digests: dict[str, str]
+    packages: tuple[Locked, ...]
+
+
+def read_conda_lock(path: Path) -> CondaLock:
+    """Parse and validate a conda-lock v1 file; anything malformed is a BadInput naming it."""
+    from ruamel.yaml import YAML, YAMLError
+
+    path = Path(path)
+    where = str(path)
+    try:
+        doc = YAML(typ="safe", pure=True).load(path.read_text())
+    except (OSError, YAMLError, UnicodeDecodeError) as exc:
+        raise BadInput(f"cannot read the conda-lock file: {str(exc).splitlines()[0]}", source=where,
+                       fix="run `mmstack lock` to rewrite it") from None
+
+    def bad(msg: str) -> BadInput:
+        return BadInput(msg, source=where, fix="run `mmstack lock` to rewrite it")
+
+    if not isinstance(doc, dict) or doc.get("version") != 1:
+        raise bad("not a conda-lock v1 file (`version: 1` missing)")
+    meta = doc.get("metadata")
+    pkgs = doc.get("package")
+    if not isinstance(meta, dict) or not isinstance(pkgs, list):
+        raise bad("needs `metadata` and a `package` list")
+    for key in ("content_hash", "channels", "platforms", "sources"):
+        if key not in meta:
+            raise bad(f"metadata.{key} missing")
+    platforms = meta["platforms"]
+    if not isinstance(platforms, list) or len(platforms) != 1:
+        raise bad("metadata.platforms must name one platform")
+    custom = meta.get("custom_metadata") or {}
+    out: list[Locked] = []
+    for i, p in enumerate(pkgs):
+        if not isinstance(p, dict):
+            raise bad(f"package[{i}] is not a mapping")
+        for key in ("name", "version", "manager", "platform", "url", "hash"):
+            if key not in p:
+                raise bad(f"package[{i}].{key} missing")
+        if p["manager"] != "conda":
+            continue
+        h = p["hash"] if isinstance(p["hash"], dict) else {}
+        url = str(p["url"])
+        file_name = url.rsplit("/", 1)[-1]
+        out.append(Locked(
+            name=str(p["name"]), version=str(p["version"]), build=_build_from_file(file_name, p),
+            subdir=str(p["platform"]), url=url, file_name=file_name,
+            sha256=h.get("sha256"), md5=h.get("md5"),
+        ))
+    channels = tuple(str(c.get("url") if isinstance(c, dict) else c) for c in meta["channels"])
+    return CondaLock(path=path, env=str(custom.get("mmstack_env", "")), subdir=str(platforms[0]),
+                     channels=channels, digests={k: str(custom[k]) for k in DIGEST_KEYS if k in custom},
+                     packages=tuple(out))
+
+
+def _build_from_file(file_name: str, p: dict) -> str:
+    """conda-lock v1 has no `build` for conda packages; the file name `name-version-build.conda` has it."""
+    stem = file_name[:-6] if file_name.endswith(".conda") else file_name.removesuffix(".tar.bz2")
+    head = f"{p['name']}-{p['version']}-"
+    return stem[len(head):] if stem.startswith(head) else stem.rsplit("-", 1)[-1]
+
+
+def dump_yaml(doc: dict) -> str:
+    from ruamel.yaml import YAML
+
+    y = YAML(typ="safe", pure=True)
+    y.default_flow_style = False
+    y.width = 4096  # one line per digest and URL
+    y.sort_base_mapping_type_on_output = False  # keep conda-lock's key order
+    buf = io.StringIO()
+    y.dump(doc, buf)
+    return buf.getvalue()
+
+
+# -- atomic writes -------------------------------------------------------------------------------
+
+
+def write_atomically(files: dict[Path, Callable[[Path], None]]) -> None:
+    """Write every file through `writer(tmp_path)`, then rename all into place; on any error none move."""
+    staged: list[tuple[Path, Path]] = []
+    try:
+        for target, writer in files.items():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+            os.close(fd)
+            staged.append((Path(tmp), target))
+            writer(Path(tmp))
+    except BaseException:
+        for tmp, _ in staged:
+            tmp.unlink(missing_ok=True)
+        raise
+    for tmp, target in staged:
+        os.replace(tmp, target)
+
+
+def text_writer(text: str) -> Callable[[Path], None]:
+    return lambda p: p.write_text(text)

@@ -1,0 +1,28 @@
+"""Shared fixtures."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def real_mmcv_python() -> str:
+    """An interpreter whose mmcv has compiled ops.
+
+    MMSTACK_TEST_MMCV_PYTHON if set (e.g. a prefix installed from the recipe-built channel), else
+    this interpreter when `mmcv._ext` imports here, else the test is skipped with the reason.
+    """
+    exe = os.environ.get("MMSTACK_TEST_MMCV_PYTHON")
+    if exe:
+        if not os.access(exe, os.X_OK):
+            pytest.fail(f"MMSTACK_TEST_MMCV_PYTHON={exe!r} is not an executable interpreter")
+        return exe
+    probe = subprocess.run([sys.executable, "-c", "import torch, mmcv._ext"], capture_output=True, text=True, timeout=300)
+    if probe.returncode != 0:
+        last = (probe.stderr.strip().splitlines() or ["(no output)"])[-1]
+        pytest.skip(f"no mmcv with compiled ops here ({last}); set MMSTACK_TEST_MMCV_PYTHON to an interpreter that has one")
+    return sys.executable

@@ -1,0 +1,1 @@
+"""Stand-in for the compiled ext (loads fine)."""

@@ -1,0 +1,486 @@
+"""TEST SUPPORT ONLY: a local conda channel built from this machine's parts, for offline builds.
+
+The end-to-end test builds the real mmcv recipe with the real rattler-build engine. conda-forge
+is not reachable from every test machine, so this module assembles a stand-in channel from parts
+that are:
+
+- `python`: this interpreter's own CPython prefix (`sys.base_prefix`), packaged by a tiny
+  rattler-build recipe; rattler-build's relinker turns its absolute RUNPATH into `$ORIGIN/../lib`
+  and text files get conda's prefix placeholder, so `python` runs from any installed prefix.
+  It still links the system's libssl/libffi/libsqlite..., so the channel only suits machines of
+  this image. Plus `python_abi`.
+- PyPI wheels repacked as conda packages under conda-forge's names (`torch` -> `pytorch` with a
+  conda-forge style `cpu_generic_py311_h..._0` build string, `opencv-python-headless` ->
+  `py-opencv`, ...): pure wheels as `noarch: python`, binary ones as linux-64 with `python_abi`.
+- stub compiler packages `gcc_linux-64`, `gxx_linux-64` whose activation scripts point CC/CXX at
+  the system gcc/g++, and a stub `sysroot_linux-64` carrying conda-forge's `__glibc` run-export.
+  They exist so `${{ compiler('c') }}` and `${{ stdlib('c') }}` resolve; they are not compilers.
+
+Nothing here is a product default: `mmstack build` keeps using conda-forge.
+
+The channel is cached under ~/.cache/mmstack-tests/bootstrap-<hash of the inputs> (override the
+root with MMSTACK_TEST_CACHE), built in a temporary directory and renamed into place, so a crash
+never leaves a half channel. `python tests/support/bootstrap.py` prebuilds it and prints its path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+CACHE_ROOT = Path(os.environ.get("MMSTACK_TEST_CACHE", "~/.cache/mmstack-tests")).expanduser()
+PY = f"{sys.version_info.major}.{sys.version_info.minor}"
+PY_TAG = f"{sys.version_info.major}{sys.version_info.minor}"
+PY_ABI = f"python_abi {PY}.* *_cp{PY_TAG}"
+PY_PIN = f"python >={PY},<{sys.version_info.major}.{sys.version_info.minor + 1}.0a0"
+# The CPU torch wheel comes from a local file (download.pytorch.org may be unreachable; PyPI's
+# `torch` is the CUDA build, ~900 MB). MMSTACK_TEST_TORCH_WHEEL names another one.
+TORCH_WHEEL_GLOB = f"/opt/wheels/torch-*+cpu-cp{PY_TAG}-cp{PY_TAG}-*.whl"
+SYSROOT_VERSION = "2.28"  # conda-forge's c_stdlib_version for CUDA 12.x / pytorch 2.x builds
+STAMP = datetime(2026, 1, 1, tzinfo=timezone.utc)  # fixed timestamps: reproducible packages
+Log = Callable[[str], None]
+
+
+class BootstrapUnavailable(RuntimeError):
+    """A part is missing on this machine (no CPU torch wheel, no gcc): tests skip with this reason."""
+
+
+@dataclass(frozen=True)
+class Wheel:
+    pypi: str  # distribution name on PyPI
+    version: str
+    conda: str = ""  # conda-forge's name, when it differs
+    depends: tuple[str, ...] = ()  # conda-forge names, as conda-forge's package declares them
+
+    @property
+    def name(self) -> str:
+        return self.conda or self.pypi
+
+
+# What mmcv's build, `import mmcv.ops`, and the mmstack package (typer, pydantic, pyelftools) need.
+# Versions are pinned so the cache key is stable; they are the ones the dev venv was tested with.
+WHEELS: tuple[Wheel, ...] = (
+    # build tools
+    Wheel("pip", "26.3"),
+    Wheel("setuptools", "84.2.1"),
+    Wheel("wheel", "0.48.0", depends=("packaging >=24.0",)),
+    Wheel("ninja", "1.13.0"),  # conda-forge's ninja is the binary; the wheel carries it in .data/scripts
+    # pytorch's dependencies (torch 2.13 METADATA)
+    Wheel("filelock", "4.3.1"),
+    Wheel("fsspec", "2026.9.0"),
+    Wheel("jinja2", "3.1.6", depends=("markupsafe >=2.0",)),
+    Wheel("markupsafe", "3.0.4"),
+    Wheel("networkx", "3.6.1"),
+    Wheel("sympy", "1.14.0", depends=("mpmath >=1.1.0,<1.4",)),
+    Wheel("mpmath", "1.3.0"),
+    Wheel("typing-extensions", "4.16.0", conda="typing_extensions"),
+    # mmcv's run requirements (requirements/runtime.txt) and theirs
+    Wheel("addict", "2.4.0"),
+    # conda-forge builds mmengine with MMENGINE_LITE=1: no matplotlib/opencv requirement.
+    Wheel("mmengine", "0.10.7",
+          depends=("addict", "numpy", "packaging", "pyyaml", "rich", "termcolor", "yapf")),
+    Wheel("numpy", "2.4.6"),
+    Wheel("opencv-python-headless", "5.1.0.95", conda="py-opencv", depends=("numpy >=2",)),
+    Wheel("packaging", "26.4"),
+    Wheel("pillow", "13.0.0"),
+    Wheel("pyyaml", "6.0.4"),
+    Wheel("yapf", "0.43.0", depends=("platformdirs >=3.5.1",)),
+    Wheel("platformdirs", "4.14.9"),
+    Wheel("termcolor", "3.3.0"),
+    Wheel("rich", "15.0.0", depends=("markdown-it-py >=2.2.0", "pygments >=2.13.0,<3.0.0")),
+    Wheel("markdown-it-py", "4.3.0", depends=("mdurl >=0.1,<1",)),
+    Wheel("mdurl", "0.1.2"),
+    Wheel("pygments", "2.21.0"),
+    # the mmstack package (pyproject.toml dependencies)
+    Wheel("typer", "0.29.2",
+          depends=("pydantic >=2.5.3", "shellingham >=1.3.0", "rich >=13.8.0", "annotated-doc >=0.0.2")),
+    Wheel("shellingham", "1.5.4"),
+    Wheel("annotated-doc", "0.0.7"),
+    Wheel("click", "8.5.1"),
+    Wheel("pydantic", "2.14.4",
+          depends=("annotated-types >=0.6.0", "pydantic-core ==2.50.5", "typing_extensions >=4.16.0",
+                   "typing-inspection >=0.4.4")),
+    Wheel("pydantic-core", "2.50.5", depends=("typing_extensions >=4.14.1",)),
+    Wheel("annotated-types", "0.8.0"),
+    Wheel("typing-inspection", "0.4.5", depends=("typing_extensions >=4.12.0",)),
+    Wheel("pyelftools", "0.33"),
+)
+TORCH = Wheel("torch", "", conda="pytorch",
+              depends=("filelock", "fsspec >=0.8.5", "jinja2", "networkx >=2.5.1", "setuptools >=77.0.3",
+                       "sympy >=1.13.3", "typing_extensions >=4.10.0"))
+
+
+# ---------------------------------------------------------------------------------------------
+# entry point
+
+
+def bootstrap_channel(*, cache_root: Path = CACHE_ROOT, log: Log = print) -> Path:
+    """Return the path of a ready bootstrap channel, building it first if the cache lacks it."""
+    torch_wheel = find_torch_wheel()
+    gcc, gxx = _compilers()
+    key = _cache_key(torch_wheel, gcc)
+    target = cache_root / f"bootstrap-{key}"
+    if (target / "linux-64" / "repodata.json").is_file():
+        return target
+    cache_root.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    work = Path(tempfile.mkdtemp(prefix=f".tmp-bootstrap-{key}-", dir=cache_root))
+    try:
+        channel = work / "channel"
+        for sub in ("linux-64", "noarch"):
+            (channel / sub).mkdir(parents=True)
+        wheels = download_wheels(cache_root / "wheels", log=log)
+        build_python(channel, work / "recipes", log=log)
+        build_stubs(channel, work / "recipes", gcc=gcc, gxx=gxx, log=log)
+        for wheel in WHEELS:
+            repack_wheel(wheels[wheel.pypi], wheel, channel, work / "stage", log=log)
+        torch = Wheel(TORCH.pypi, _wheel_version(torch_wheel), TORCH.conda, TORCH.depends)
+        repack_wheel(torch_wheel, torch, channel, work / "stage", log=log,
+                     build_string=f"cpu_generic_py{PY_TAG}_h{_short_hash(torch_wheel.name)}_0")
+        index(channel)
+        try:
+            channel.rename(target)
+        except OSError:  # another process finished first: theirs is as good as ours
+            if not (target / "linux-64" / "repodata.json").is_file():
+                raise
+        log(f"bootstrap channel ready in {time.monotonic() - started:.0f}s: {target}")
+        return target
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def find_torch_wheel() -> Path:
+    explicit = os.environ.get("MMSTACK_TEST_TORCH_WHEEL")
+    if explicit:
+        path = Path(explicit)
+        if not path.is_file():
+            raise BootstrapUnavailable(f"MMSTACK_TEST_TORCH_WHEEL={explicit} does not exist")
+        return path
+    found = sorted(Path("/").glob(TORCH_WHEEL_GLOB.lstrip("/")))
+    if not found:
+        raise BootstrapUnavailable(
+            f"no CPU torch wheel at {TORCH_WHEEL_GLOB}; set MMSTACK_TEST_TORCH_WHEEL to one")
+    return found[-1]
+
+
+def index(channel: Path) -> None:
+    from rattler.index import index_fs
+
+    asyncio.run(index_fs(channel, write_zst=False, write_shards=False, force=True))
+
+
+# ---------------------------------------------------------------------------------------------
+# parts
+
+
+def download_wheels(dest: Path, *, log: Log = print) -> dict[str, Path]:
+    """pip-download every pinned wheel (no deps: the pins are the closure) into a shared cache."""
+    dest.mkdir(parents=True, exist_ok=True)
+    missing = [w for w in WHEELS if _find_wheel(dest, w) is None]
+    if missing:
+        log(f"downloading {len(missing)} wheels from PyPI into {dest}")
+        cmd = [sys.executable, "-m", "pip", "download", "--only-binary=:all:", "--no-deps",
+               "--disable-pip-version-check", "-q", "-d", str(dest)]
+        cmd += [f"{w.pypi}=={w.version}" for w in missing]
+        subprocess.run(cmd, check=True)
+    found = {w.pypi: _find_wheel(dest, w) for w in WHEELS}
+    lost = [name for name, path in found.items() if path is None]
+    if lost:
+        raise BootstrapUnavailable(f"pip did not produce wheels for {', '.join(lost)}")
+    return found  # type: ignore[return-value]
+
+
+def repack_wheel(whl: Path, wheel: Wheel, channel: Path, stage_root: Path, *, log: Log = print,
+                 build_string: str | None = None) -> Path:
+    """A wheel as a conda package: pure wheels noarch: python, binary ones linux-64 + python_abi."""
+    import rattler_build
+
+    pure = whl.name.endswith("-none-any.whl")
+    stage = stage_root / whl.stem
+    shutil.rmtree(stage, ignore_errors=True)
+    site = stage / ("site-packages" if pure else f"lib/python{PY}/site-packages")
+    _unzip(whl, site)
+    _spread_data_dir(site, stage, pure=pure)
+    for dist_info in site.glob("*.dist-info"):
+        (dist_info / "INSTALLER").write_text("conda\n")  # pip then leaves it alone
+    digest = _short_hash(whl.name)
+    if pure:
+        depends = [f"python >={PY}", *wheel.depends]
+        build_string = build_string or f"pyh{digest}_0"
+        subdir = "noarch"
+    else:
+        depends = [PY_PIN, PY_ABI, *wheel.depends]
+        build_string = build_string or f"py{PY_TAG}h{digest}_0"
+        subdir = "linux-64"
+    started = time.monotonic()
+    out = rattler_build.assemble_package(
+        name=wheel.name, version=wheel.version, target_platform=subdir, build_string=build_string,
+        output_dir=channel / subdir, files_dir=stage, depends=depends,
+        noarch="python" if pure else None, summary=f"TEST SUPPORT: PyPI wheel {whl.name} repacked",
+        compression_level=1, timestamp=STAMP,
+    )
+    shutil.rmtree(stage, ignore_errors=True)
+    if time.monotonic() - started > 5:
+        log(f"repacked {whl.name} in {time.monotonic() - started:.0f}s")
+    return out.path
+
+
+def build_python(channel: Path, recipes: Path, *, log: Log = print) -> None:
+    """This interpreter's prefix as `python` + `python_abi` (rattler-build makes it relocatable)."""
+    import rattler_build
+
+    src = Path(sys.base_prefix)
+    version = ".".join(str(p) for p in sys.version_info[:3])
+    if not (src / "bin" / f"python{PY}").is_file():
+        raise BootstrapUnavailable(f"{src} has no bin/python{PY} to package")
+    recipe_dir = recipes / "python"
+    recipe_dir.mkdir(parents=True)
+    (recipe_dir / "build.sh").write_text(_PYTHON_BUILD_SH)
+    (recipe_dir / "recipe.yaml").write_text(_PYTHON_RECIPE.format(
+        version=version, py=PY, py_tag=PY_TAG, src=src,
+        hash=_short_hash(f"{src}:{sys.version}")))
+    started = time.monotonic()
+    _build_recipe(recipe_dir, channel, log=log)
+    log(f"packaged python {version} from {src} in {time.monotonic() - started:.0f}s")
+    empty = recipes / "empty"
+    empty.mkdir()
+    rattler_build.assemble_package(
+        name="python_abi", version=PY, target_platform="linux-64", build_string=f"8_cp{PY_TAG}",
+        output_dir=channel / "linux-64", files_dir=empty, constrains=[f"python {PY}.* *_cpython"],
+        summary="TEST SUPPORT: python_abi", timestamp=STAMP,
+    )
+
+
+def build_stubs(channel: Path, recipes: Path, *, gcc: str, gxx: str, log: Log = print) -> None:
+    """`gcc_linux-64`, `gxx_linux-64` (activation -> system gcc/g++) and `sysroot_linux-64`."""
+    version = subprocess.run([gcc, "-dumpfullversion"], check=True, capture_output=True,
+                             text=True).stdout.strip()
+    recipe_dir = recipes / "stubs"
+    recipe_dir.mkdir(parents=True)
+    (recipe_dir / "recipe.yaml").write_text(_STUBS_RECIPE.format(
+        gcc=gcc, gxx=gxx, gcc_version=version, sysroot=SYSROOT_VERSION))
+    _build_recipe(recipe_dir, channel, log=log)
+
+
+def _build_recipe(recipe_dir: Path, channel: Path, *, log: Log) -> None:
+    import rattler_build
+
+    recipe = rattler_build.Stage0Recipe.from_file(recipe_dir / "recipe.yaml")
+    out = recipe_dir / "output"
+    for variant in recipe.render(rattler_build.VariantConfig()):
+        result = variant.run_build(
+            tool_config=rattler_build.ToolConfiguration(test_strategy="skip"),
+            output_dir=out, channels=[channel.as_uri()], no_include_recipe=True,
+        )
+        for pkg in result.packages:
+            pkg = Path(pkg)
+            shutil.move(pkg, channel / pkg.parent.name / pkg.name)
+
+
+# ---------------------------------------------------------------------------------------------
+# recipes (rattler-build format) for the parts that need a build step
+
+
+_PYTHON_RECIPE = """\
+# TEST SUPPORT ONLY: this machine's CPython, packaged for offline rattler-build tests.
+package:
+  name: python
+  version: "{version}"
+build:
+  number: 0
+  string: h{hash}_0_cpython
+  script:
+    file: build.sh
+    env:
+      SRC_PREFIX: "{src}"
+      PY_VER: "{py}"
+  # no byte-compilation pass over a whole stdlib; python writes .pyc on first import
+  python:
+    skip_pyc_compilation:
+      - "**/*.py"
+requirements:
+  run_exports:
+    weak:
+      - python_abi {py}.* *_cp{py_tag}
+about:
+  summary: "TEST SUPPORT: CPython {version} from {src}"
+  license: Python-2.0
+"""
+
+_PYTHON_BUILD_SH = r"""#!/usr/bin/env bash
+# TEST SUPPORT ONLY. Copy a CPython prefix without its site-packages and test suites, strip debug
+# info, and rewrite the old prefix in text files to $PREFIX: rattler-build then records those as
+# prefix-placeholder files and its relinker rewrites the ELF RUNPATH to $ORIGIN-relative.
+set -euo pipefail
+cd "$SRC_PREFIX"
+tar -cf - \
+  --exclude="lib/python$PY_VER/site-packages/*" \
+  --exclude="lib/python$PY_VER/test" \
+  --exclude="lib/python$PY_VER/*/test" \
+  --exclude="lib/python$PY_VER/*/tests" \
+  --exclude="lib/python$PY_VER/idlelib/idle_test" \
+  --exclude="__pycache__" \
+  --exclude="lib/python$PY_VER/config-$PY_VER-*/*.a" \
+  --exclude="lib/python$PY_VER/config-$PY_VER-*/python.o" \
+  "bin/python$PY_VER" bin/python3 bin/python "bin/python$PY_VER-config" bin/python3-config \
+  include lib/libpython* lib/pkgconfig "lib/python$PY_VER" \
+  | tar -C "$PREFIX" -xf -
+touch "$PREFIX/lib/python$PY_VER/site-packages/README.txt"
+find "$PREFIX" -type f \( -name '*.so*' -o -path "$PREFIX/bin/python$PY_VER" \) -print0 \
+  | xargs -0 strip --strip-debug
+grep -rlIF --null "$SRC_PREFIX" "$PREFIX" | xargs -0 -r sed -i "s|$SRC_PREFIX|$PREFIX|g"
+"$PREFIX/bin/python$PY_VER" -c "import sys, ssl, sqlite3, ctypes, zlib, lzma, bz2; print(sys.prefix)"
+"""
+
+_STUBS_RECIPE = """\
+# TEST SUPPORT ONLY: stand-ins for conda-forge's compiler and sysroot packages, so a recipe's
+# compiler('c'), compiler('cxx') and stdlib('c') resolve offline. They install no compiler: the
+# activation scripts point CC/CXX at this machine's gcc/g++.
+recipe:
+  name: mmstack-test-stubs
+  version: "1"
+outputs:
+  - package:
+      name: gcc_linux-64
+      version: "{gcc_version}"
+    build:
+      number: 0
+      string: mmstack_test_stub_0
+      script:
+        content: |
+          mkdir -p "$PREFIX/etc/conda/activate.d"
+          cat > "$PREFIX/etc/conda/activate.d/activate-gcc_linux-64.sh" <<'EOF'
+          # TEST SUPPORT ONLY (mmstack tests/support/bootstrap.py): the system C compiler.
+          export CC="{gcc}"
+          export CC_FOR_BUILD="{gcc}"
+          EOF
+  - package:
+      name: gxx_linux-64
+      version: "{gcc_version}"
+    build:
+      number: 0
+      string: mmstack_test_stub_0
+      script:
+        content: |
+          mkdir -p "$PREFIX/etc/conda/activate.d"
+          cat > "$PREFIX/etc/conda/activate.d/activate-gxx_linux-64.sh" <<'EOF'
+          # TEST SUPPORT ONLY (mmstack tests/support/bootstrap.py): the system C++ compiler.
+          export CXX="{gxx}"
+          export CXX_FOR_BUILD="{gxx}"
+          EOF
+    requirements:
+      run:
+        - gcc_linux-64 =={gcc_version}
+  - package:
+      name: sysroot_linux-64
+      version: "{sysroot}"
+    build:
+      number: 0
+      string: mmstack_test_stub_0
+      noarch: generic
+      script:
+        content: |
+          mkdir -p "$PREFIX/share/mmstack-test-stubs"
+          echo "TEST SUPPORT ONLY: no sysroot; the system glibc is used" \\
+            > "$PREFIX/share/mmstack-test-stubs/sysroot_linux-64.txt"
+    requirements:
+      run_exports:
+        strong:
+          - __glibc >={sysroot},<3.0.a0
+"""
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers
+
+
+def _compilers() -> tuple[str, str]:
+    gcc, gxx = shutil.which("gcc"), shutil.which("g++")
+    if not gcc or not gxx:
+        raise BootstrapUnavailable("gcc/g++ not on PATH: the stub compiler packages point at them")
+    return gcc, gxx
+
+
+def _cache_key(torch_wheel: Path, gcc: str) -> str:
+    import rattler_build
+
+    st = torch_wheel.stat()
+    parts = {
+        "bootstrap.py": hashlib.sha256(Path(__file__).read_bytes()).hexdigest(),
+        "wheels": [(w.pypi, w.version, w.name, w.depends) for w in WHEELS],
+        "torch": [torch_wheel.name, st.st_size],
+        "python": [sys.base_prefix, sys.version],
+        "gcc": gcc,
+        "rattler_build": rattler_build.rattler_build_version(),
+    }
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def _short_hash(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:7]
+
+
+def _wheel_version(whl: Path) -> str:
+    # torch-2.13.0+cpu-cp311-... -> 2.13.0 (conda versions carry no local label)
+    return whl.name.split("-")[1].split("+")[0]
+
+
+def _find_wheel(dest: Path, wheel: Wheel) -> Path | None:
+    stem = wheel.pypi.replace("-", "_").lower()
+    for path in dest.glob("*.whl"):
+        name, version = path.name.split("-")[:2]
+        if name.lower() == stem and version == wheel.version:
+            return path
+    return None
+
+
+def _unzip(whl: Path, dest: Path) -> None:
+    """zipfile drops permission bits; wheels carry executables (torch_shm_manager, ninja)."""
+    with zipfile.ZipFile(whl) as zf:
+        for info in zf.infolist():
+            path = Path(zf.extract(info, dest))
+            mode = info.external_attr >> 16
+            if mode and not info.is_dir():
+                path.chmod(stat.S_IMODE(mode) | stat.S_IRUSR | stat.S_IWUSR)
+
+
+def _spread_data_dir(site: Path, stage: Path, *, pure: bool) -> None:
+    """A wheel's `<dist>.data/` scheme dirs go where an installer puts them."""
+    for data in site.glob("*.data"):
+        for scheme in data.iterdir():
+            if scheme.name in ("purelib", "platlib"):
+                dest = site
+            elif scheme.name == "scripts":
+                dest = stage / ("python-scripts" if pure else "bin")
+            elif scheme.name == "data":
+                dest = stage
+            else:  # headers: nothing here needs them
+                continue
+            shutil.copytree(scheme, dest, dirs_exist_ok=True)
+        shutil.rmtree(data)
+
+
+def main() -> int:
+    try:
+        print(bootstrap_channel())
+    except BootstrapUnavailable as exc:
+        print(f"bootstrap unavailable: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,130 @@
+"""TEST SUPPORT ONLY: a small local conda channel shaped like conda-forge + ./channel, for lock tests.
+
+Real .conda packages (made by py-rattler-build's `assemble_package`, empty of files) indexed with
+`rattler.index`, so the solver sees exactly what it would see on conda-forge:
+
+- pytorch `cuda129_generic_py311_h…_200` builds needing `__cuda` and `cuda-version >=12.9,<13`,
+  `cuda130_…` builds needing cuda-version 13, and `cpu_generic_py311_h…_200` builds
+  (pytorch-cpu-feedstock's build strings);
+- cuda-version 12.8, 12.9, 13.0 with conda-forge's `constrains: __cuda >=<major>`;
+- one mmcv 2.2.0 per variant of a conda_build_config.yaml matrix, with the matrix's build strings
+  (`cuda129_sm89_py311_h…_0`, `cuda129_all_py311_h…_0`, `cpu_py311_h…_0`), `__cuda` and
+  cuda-version in its run requirements for CUDA builds, pinned to the matrix's pytorch;
+- python, mmstack and the tooling (typer, rich, pydantic, pyelftools, py-rattler,
+  py-rattler-build, ruamel.yaml, pytest, ruff) so the repository's pixi.toml solves whole.
+
+Nothing here is a product default. `build_channel(dest, packages)` writes and indexes a channel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+# Fixed timestamp: the same inputs give byte-identical packages.
+_TS = datetime(2025, 11, 1, tzinfo=timezone.utc)
+
+
+@dataclass(frozen=True)
+class Pkg:
+    name: str
+    version: str
+    build: str  # without the `_h<hash>_<n>` tail when `hashed`
+    subdir: str = "linux-64"
+    depends: tuple[str, ...] = ()
+    constrains: tuple[str, ...] = ()
+    build_number: int = 0
+    hashed: bool = True
+    noarch: str | None = None
+
+    @property
+    def build_string(self) -> str:
+        if not self.hashed:
+            return self.build
+        h = hashlib.sha256(repr((self.name, self.version, self.build, self.depends)).encode()).hexdigest()[:7]
+        return f"{self.build}_h{h}_{self.build_number}" if self.build else f"h{h}_{self.build_number}"
+
+
+def _py(py: str) -> str:
+    major, minor = py.split(".")
+    return f"python >={py},<{major}.{int(minor) + 1}.0a0"
+
+
+def _cuda_tag(cuda: str) -> str:
+    return "cuda" + cuda.replace(".", "")
+
+
+def _cuda_range(cuda: str) -> str:
+    return f"cuda-version >={cuda},<{int(cuda.split('.')[0]) + 1}"
+
+
+def standard_packages(matrix, *, pythons=("3.11", "3.12"), cuda_versions=("12.8", "12.9", "13.0"),
+                      extra: tuple[Pkg, ...] = ()) -> list[Pkg]:
+    """The channel for the repository's pixi.toml: runtime, tooling, and mmcv per matrix variant."""
+    pkgs: list[Pkg] = []
+    for py in pythons:
+        tag = py.replace(".", "")
+        pkgs.append(Pkg("python", f"{py}.9", f"{tag}_cpython", depends=("__glibc >=2.17,<3.0.a0",)))
+    for cv in cuda_versions:
+        major = cv.split(".")[0]
+        pkgs.append(Pkg("cuda-version", cv, "", subdir="noarch", noarch="generic",
+                        constrains=(f"__cuda >={major}", f"cudatoolkit {cv}|{cv}.*")))
+    torch_versions = sorted({v.pytorch for v in matrix})
+    torch_cudas = sorted({v.cuda for v in matrix if v.cuda})
+    for tv in torch_versions:
+        for py in pythons:
+            tag = py.replace(".", "")
+            common = (_py(py), "__glibc >=2.17,<3.0.a0", "numpy >=1.23")
+            pkgs.append(Pkg("pytorch", f"{tv}.0", f"cpu_generic_py{tag}", build_number=200, depends=common,
+                            constrains=("pytorch-gpu <0.0a0",)))
+            for cuda in torch_cudas:
+                pkgs.append(Pkg("pytorch", f"{tv}.0", f"{_cuda_tag(cuda)}_generic_py{tag}", build_number=200,
+                                depends=(*common, "__cuda", _cuda_range(cuda)), constrains=("pytorch-cpu <0.0a0",)))
+    for py in pythons:
+        pkgs.append(Pkg("numpy", "2.3.4", f"py{py.replace('.', '')}", depends=(_py(py),)))
+    for v in matrix:
+        if v.python not in pythons:
+            continue
+        tag = v.python.replace(".", "")
+        torch = f"pytorch >={v.pytorch},<{v.pytorch}.999"
+        if v.cuda is None:
+            deps = (_py(v.python), f"{torch}", "numpy")
+        else:
+            deps = (_py(v.python), torch, "__cuda", _cuda_range(v.cuda), "numpy")
+        pkgs.append(Pkg("mmcv", "2.2.0", f"{v.build_string_prefix}_py{tag}", depends=deps))
+    pkgs.append(Pkg("mmstack", "0.1.0", "pyh", subdir="noarch", noarch="python",
+                    depends=("python >=3.10", "typer >=0.12", "rich >=13", "pydantic >=2.5", "pyelftools >=0.31")))
+    for name, ver in (("typer", "0.12.5"), ("rich", "13.9.4"), ("pydantic", "2.9.2"), ("pyelftools", "0.31"),
+                      ("ruamel.yaml", "0.18.6"), ("pytest", "8.3.3")):
+        pkgs.append(Pkg(name, ver, "pyh", subdir="noarch", noarch="python", depends=("python >=3.9",)))
+    for name, ver in (("py-rattler", "0.28.0"), ("py-rattler-build", "0.73.0")):
+        pkgs.append(Pkg(name, ver, "py311", depends=(_py("3.11"),)))
+    pkgs.append(Pkg("ruff", "0.6.9", "", depends=("__glibc >=2.17,<3.0.a0",)))
+    pkgs.extend(extra)
+    return pkgs
+
+
+def build_channel(dest: Path, packages: list[Pkg]) -> Path:
+    """Write every package as a .conda into dest/<subdir>/, index the channel, return dest."""
+    from rattler.index import index_fs
+    from rattler_build import assemble_package
+
+    dest = Path(dest)
+    for sub in ("linux-64", "noarch"):
+        (dest / sub).mkdir(parents=True, exist_ok=True)
+    for p in packages:
+        assemble_package(
+            name=p.name, version=p.version, target_platform=p.subdir, build_string=p.build_string,
+            output_dir=str(dest / p.subdir), files=[], depends=list(p.depends), constrains=list(p.constrains),
+            build_number=p.build_number, noarch=p.noarch, compression_level=1, timestamp=_TS,
+            detect_prefix=False, license="BSD-3-Clause", summary=f"mmstack test stand-in for {p.name}",
+        )
+    asyncio.run(index_fs(dest, write_zst=False, write_shards=False))
+    return dest
+
+
+def url(dest: Path) -> str:
+    return Path(dest).resolve().as_uri()

@@ -1,0 +1,59 @@
+"""TEST SUPPORT ONLY: the repository's recipes, made buildable without reaching their source URLs.
+
+`offline_recipe(...)` copies a recipe directory (recipe.yaml, build.sh, patches) and points its
+`source.url` at a local copy of the same file. The sha256 line is left alone, so rattler-build
+still verifies that the local file is byte-for-byte the one the recipe names.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import urllib.request
+from pathlib import Path
+
+from .bootstrap import CACHE_ROOT
+
+MMCV_SDIST_URL = ("https://files.pythonhosted.org/packages/e9/a2/57a733e7e84985a8a0e3101dfb8170fc9db92435c16afad253069ae3f9df/"
+                  "mmcv-2.2.0.tar.gz")
+MMCV_SDIST_SHA256 = "ac479247e808d8802f89eadf04d4118de86bdfe81361ec5aed0cc1bf731c67c9"
+# A copy that may already be on the machine (the dev image has one); else PyPI, once.
+LOCAL_COPIES = (Path("/tmp/cache/mmcv-2.2.0.tar.gz"),)
+
+
+def cached_sdist(*, cache_root: Path = CACHE_ROOT) -> Path:
+    """The mmcv sdist, checked against its sha256, from a local copy or downloaded once."""
+    cached = cache_root / "sdist" / Path(MMCV_SDIST_URL).name
+    for path in (cached, *LOCAL_COPIES):
+        if path.is_file() and _sha256(path) == MMCV_SDIST_SHA256:
+            return path
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    partial = cached.with_suffix(".partial")
+    with urllib.request.urlopen(MMCV_SDIST_URL, timeout=120) as resp, open(partial, "wb") as fh:
+        shutil.copyfileobj(resp, fh)
+    if _sha256(partial) != MMCV_SDIST_SHA256:
+        partial.unlink()
+        raise RuntimeError(f"{MMCV_SDIST_URL} does not have the sha256 the recipe names")
+    partial.rename(cached)
+    return cached
+
+
+def offline_recipe(recipe_dir: Path, dest: Path, *, url: str, local_file: Path) -> Path:
+    """Copy `recipe_dir` to `dest` with `url` in recipe.yaml replaced by `local_file`'s file:// URL."""
+    shutil.copytree(recipe_dir, dest, ignore=shutil.ignore_patterns("output", "__pycache__"))
+    recipe = dest / "recipe.yaml"
+    text = recipe.read_text()
+    templated = url.replace("2.2.0", "${{ version }}")
+    hits = [u for u in (url, templated) if f"url: {u}\n" in text]
+    if len(hits) != 1:
+        raise AssertionError(f"{recipe_dir}/recipe.yaml: expected `url: {templated}` once")
+    recipe.write_text(text.replace(f"url: {hits[0]}\n", f"url: {local_file.resolve().as_uri()}\n"))
+    return dest
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()

@@ -1,0 +1,171 @@
+"""L5's detector step (src/mmstack/train_detector.py): its rules, and the real step on the CPU.
+
+The end-to-end tests train mmdet's Faster R-CNN R50-FPN and its DCNv2 variant for a few
+iterations on 128 px synthetic images, on the real mmcv build (mmcv._ext) and an mmdet carrying
+recipes/mmdet/patches/0001. They skip, saying what is missing, where either is absent.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+from mmstack import train_detector as td
+
+
+def _stack_reason() -> str | None:
+    """Why the real step cannot run in this interpreter, or None when it can."""
+    try:
+        td._require_stack()
+    except td.DetectorStepUnavailable as exc:
+        return str(exc)
+    return None
+
+
+STACK_MISSING = _stack_reason()
+needs_stack = pytest.mark.skipif(
+    STACK_MISSING is not None, reason=f"L5 needs mmcv with ops and a patched mmdet: {STACK_MISSING}"
+)
+
+
+# ---- rules (no mmdet needed) ---------------------------------------------------------------
+
+
+def test_module_imports_with_the_stdlib_alone():
+    # The ladder imports it in bare environments; heavy imports happen inside the functions.
+    code = (
+        "import sys, mmstack.train_detector as m; "
+        "heavy = {'torch', 'mmcv', 'mmengine', 'mmdet', 'pydantic', 'rich'} & set(sys.modules); "
+        "assert not heavy, heavy"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize(
+    ("losses", "passed", "why"),
+    [
+        ([3.0, 2.5, 2.0], True, "fell 3.0000 -> 2.0000"),
+        ([3.0, 2.0, 3.1], False, "did not fall"),
+        ([3.0, 3.0], False, "did not fall"),
+        ([3.0, math.nan, 1.0], False, "not finite at iteration 1"),
+        ([3.0, math.inf], False, "not finite at iteration 1"),
+        ([3.0], False, "at least 2 iterations"),
+    ],
+)
+def test_judge_losses(losses, passed, why):
+    ok, reason = td.judge_losses(losses)
+    assert ok is passed
+    assert why in reason
+
+
+def test_pretrained_checkpoints_are_stripped_everywhere():
+    cfg = {
+        "backbone": {"init_cfg": {"type": "Pretrained", "checkpoint": "torchvision://resnet50"}},
+        "neck": {"init_cfg": [{"type": "Xavier"}, {"type": "Pretrained", "checkpoint": "x"}]},
+        "head": {"init_cfg": {"type": "Normal", "std": 0.01}, "pretrained": "open-mmlab://x"},
+    }
+    td._strip_pretrained(cfg)
+    assert cfg["backbone"]["init_cfg"] is None
+    assert cfg["neck"]["init_cfg"] is None
+    assert cfg["head"] == {"init_cfg": {"type": "Normal", "std": 0.01}, "pretrained": None}
+
+
+def test_num_classes_is_set_in_every_head():
+    cfg = {"roi_head": {"bbox_head": {"num_classes": 80}}, "rpn_head": {"x": [{"num_classes": 80}]}}
+    td._set_num_classes(cfg, 3)
+    assert cfg["roi_head"]["bbox_head"]["num_classes"] == 3
+    assert cfg["rpn_head"]["x"][0]["num_classes"] == 3
+
+
+def test_synthetic_batch_is_fixed_and_boxes_lie_inside_the_image():
+    pytest.importorskip("torch")
+    a = td.synthetic_batch(image_size=96, batch_size=2, num_classes=3, seed=0)
+    b = td.synthetic_batch(image_size=96, batch_size=2, num_classes=3, seed=0)
+    for x, y in zip(a, b):
+        assert x["image"].equal(y["image"]) and x["boxes"].equal(y["boxes"])
+        assert x["image"].shape == (3, 96, 96) and str(x["image"].dtype) == "torch.uint8"
+        boxes = x["boxes"]
+        assert boxes.shape == (td.BOXES_PER_IMAGE, 4)
+        assert (boxes[:, :2] >= 0).all() and (boxes[:, 2:] <= 96).all()
+        assert (boxes[:, 2:] > boxes[:, :2]).all()
+        assert ((x["labels"] >= 0) & (x["labels"] < 3)).all()
+
+
+def test_bad_iteration_counts_are_bad_input():
+    with pytest.raises(ValueError, match="at least 2"):
+        td.run_detector_step(model="faster-rcnn", device="cpu", iters=1, amp=False)
+    with pytest.raises(ValueError, match="warmup"):
+        td.run_detector_step(model="faster-rcnn", device="cpu", iters=3, amp=False, warmup=3)
+
+
+# ---- the real step (mmcv._ext + patched mmdet) ----------------------------------------------
+
+
+@needs_stack
+def test_mmdet_admits_this_projects_mmcv():
+    import mmcv
+    import mmdet
+
+    assert mmcv.__version__.startswith("2.2."), mmcv.__version__
+    assert mmdet.mmcv_maximum_version == "2.3.0", "mmdet lacks recipes/mmdet/patches/0001"
+
+
+@needs_stack
+def test_configs_resolve_by_short_name_config_name_and_path():
+    plain = td.resolve_config("faster-rcnn")
+    assert plain.name == "faster-rcnn_r50_fpn_1x_coco.py" and plain.is_file()
+    assert td.resolve_config("faster-rcnn_r50_fpn_1x_coco") == plain
+    assert td.resolve_config(str(plain)) == plain
+    with pytest.raises(ValueError, match="unknown detector 'no-such-model'"):
+        td.resolve_config("no-such-model")
+
+
+@needs_stack
+@pytest.mark.slow
+def test_l5_step_trains_deformable_faster_rcnn_on_cpu():
+    """The ladder's hook, in process: DCNv2 backbone, loss finite and falling, a rate."""
+    result = td.run_detector_step(model="faster-rcnn-mdconv", device="cpu", iters=3, amp=True)
+    assert result["passed"], result["reason"]
+    assert result["deformable_ops"] == ["ModulatedDeformConv2dPack"]
+    assert result["amp"] is False and "needs CUDA" in result["amp_note"]
+    assert len(result["losses"]) == 3 and all(math.isfinite(x) for x in result["losses"])
+    assert result["losses"][-1] < result["losses"][0]
+    assert {"loss_rpn_cls", "loss_rpn_bbox", "loss_cls", "loss_bbox"} <= set(result["loss_parts"][0])
+    assert result["iters_per_s"] > 0
+    assert result["image_size"] == td.CPU_IMAGE_SIZE
+    json.dumps(result)  # the ladder's child sends it back as JSON
+
+
+@needs_stack
+@pytest.mark.slow
+def test_l5_cli_json_for_the_plain_detector():
+    """`python -m mmstack.train_detector --json`: one JSON object on stdout, exit 0."""
+    proc = subprocess.run(
+        [
+            sys.executable, "-m", "mmstack.train_detector",
+            "--model", "faster-rcnn", "--device", "cpu", "--iters", "3", "--json",
+        ],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+    assert report["passed"] and report["error"] is None
+    (result,) = report["results"]
+    assert result["model"] == "faster-rcnn" and result["deformable_ops"] == []
+    assert result["passed"], result["reason"]
+
+
+@needs_stack
+def test_cli_unknown_model_exits_2():
+    proc = subprocess.run(
+        [sys.executable, "-m", "mmstack.train_detector", "--model", "nope", "--device", "cpu",
+         "--json"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 2
+    report = json.loads(proc.stdout)
+    assert "unknown detector 'nope'" in report["error"]
