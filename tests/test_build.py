@@ -135,3 +135,21 @@ def test_missing_recipe_and_config_are_bad_input(tmp_path):
         build.render(recipe_dir=tmp_path / "nowhere", variant_config=config)
     with pytest.raises(BadInput, match="not found"):
         build.render(recipe_dir=tmp_path / "recipe", variant_config=tmp_path / "none.yaml")
+
+
+def test_stack_build_lands_each_recipe_before_the_next_builds(tmp_path):
+    """mmcv's tests need the mmstack package: run_stack_build builds in order, into one channel."""
+    helper = tmp_path / "helper"
+    helper.mkdir()
+    (helper / "recipe.yaml").write_text(
+        "package: {name: helper, version: '1'}\n"
+        "build: {noarch: generic, script: [mkdir -p $PREFIX/bin, 'printf \"#!/bin/sh\\necho helped\\n\" > $PREFIX/bin/helper',"
+        " chmod +x $PREFIX/bin/helper]}\n"
+    )
+    recipe_dir, config = _recipe(tmp_path / "user")
+    text = (recipe_dir / "recipe.yaml").read_text()
+    (recipe_dir / "recipe.yaml").write_text(text + "  - requirements:\n      run: [helper]\n    script: [helper]\n")
+    built = build.run_stack_build(root=tmp_path, channel_dir=tmp_path / "channel", recipes=[helper, recipe_dir],
+                                  variant_config=config, select={"flavor": "plain"}, extra_channels=[],
+                                  work_dir=tmp_path)
+    assert [p.name for p in built] == ["helper", "tiny"]

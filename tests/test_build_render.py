@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import fnmatch
 import re
-import tomllib
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,11 @@ import pytest
 pytest.importorskip("rattler_build", reason="py-rattler-build is the optional 'build' extra")
 
 from mmstack import build, variants  # noqa: E402
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
 
 ROOT = Path(__file__).resolve().parents[1]
 MMCV = ROOT / "recipes" / "mmcv"
@@ -138,19 +142,51 @@ def test_tests_import_ops_check_ext_run_the_ladder_and_the_fatbin(rendered):
             assert fatbin[0]["script"]["env"]["MMSTACK_ARCH_LIST"] == recipe["variant"]["mmcv_arch_list"]
 
 
-def test_meta_yaml_is_the_same_recipe():
-    """conda-build's meta.yaml cannot be rendered here (no conda-build); compare what must agree."""
-    recipe = (MMCV / "recipe.yaml").read_text()
-    meta = (MMCV / "meta.yaml").read_text()
-    patches = re.findall(r"- (patches/\S+\.patch)", recipe)
-    assert patches and re.findall(r"- (patches/\S+\.patch)", meta) == patches
-    assert re.search(r"sha256: (\w+)", meta).group(1) == re.search(r"sha256: (\w+)", recipe).group(1)
-    assert "MMSTACK_ARCH_LIST={{ mmcv_arch_list }}" in meta
-    assert "{{ stdlib('c') }}" in meta and "{{ compiler('cuda') }}  # [cuda_compiler_version != \"None\"]" in meta
-    assert "pytorch {{ pytorch }}.* {{ torch_proc_type }}*" in meta
-    assert "mmstack verify --levels L1,L2,L3,L4 --json" in meta
-    for name in ["addict", "mmengine >=0.3.0", "numpy", "packaging", "pillow", "py-opencv", "pyyaml", "yapf"]:
-        assert f"    - {name}\n" in meta and f"    - {name}\n" in recipe, name
+def _render_meta_yaml(variant: dict) -> dict:
+    """meta.yaml the way conda-build reads it: drop lines whose `# [selector]` is false, render the
+    Jinja with the variant, parse the YAML. compiler()/stdlib() resolve as rattler-build does."""
+    jinja2 = pytest.importorskip("jinja2")
+    yaml = pytest.importorskip("ruamel.yaml")
+    cuda = variant["cuda_compiler_version"]
+    names = {"linux": True, "linux64": True, "osx": False, "win": False, "unix": True,
+             "cuda_compiler_version": cuda, "build_platform": "linux-64", "target_platform": "linux-64"}
+    lines = []
+    for line in (MMCV / "meta.yaml").read_text().splitlines():
+        m = re.search(r"#\s*\[(.+)\]\s*$", line)
+        if m and not eval(m.group(1), {}, names):  # noqa: S307 - selectors are Python expressions
+            continue
+        lines.append(line)
+    compilers = {"c": "gcc_linux-64", "cxx": "gxx_linux-64", "cuda": f"cuda-nvcc_linux-64 {cuda}.*"}
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined)
+    text = env.from_string("\n".join(lines)).render(
+        compiler=compilers.__getitem__, stdlib=lambda lang: "sysroot_linux-64 2.28.*",
+        CONDA_PY=variant["python"].replace(".", ""), PKG_HASH="0000000", **variant)
+    return yaml.YAML(typ="safe").load(text)
+
+
+@pytest.mark.parametrize("tag", ["cpu", "sm89", "all"])
+def test_meta_yaml_is_the_same_recipe(rendered, tag):
+    """conda-build is not installable here; render meta.yaml its way and compare to recipe.yaml's."""
+    ours = rendered[tag]
+    variant = {"arch_tag": tag, **ours["variant"]}
+    meta = _render_meta_yaml(variant)
+    prefix = ours["build"]["string"].rsplit("_h", 1)[0]
+    assert meta["build"]["string"] == f"{prefix}_h0000000_0"
+    for section in ("build", "host", "run"):
+        assert [" ".join(str(s).split()) for s in meta["requirements"][section]] == ours["requirements"][section], section
+    assert meta["build"]["script_env"][0] == f"MMSTACK_ARCH_LIST={variant['mmcv_arch_list']}"
+    assert meta["build"].get("ignore_run_exports_from", []) == \
+        ours["requirements"].get("ignore_run_exports", {}).get("from_package", [])
+    (source,) = ours["source"]
+    assert meta["source"]["url"] in (source["url"], [source["url"]], *source["url"])
+    assert meta["source"]["sha256"] == source["sha256"]
+    assert meta["source"]["patches"] == [str(p) for p in source["patches"]]
+    assert {"mmcv", "mmcv.ops"} <= set(meta["test"]["imports"]) and meta["test"]["requires"] == ["mmstack"]
+    commands = "\n".join(meta["test"]["commands"])
+    assert "mmstack verify --levels L1,L2,L3,L4 --json" in commands
+    assert ("mmstack fatbin" in commands) == (tag != "cpu")
+    if tag != "cpu":
+        assert f"p('{variant['mmcv_arch_list']}')" in commands
 
 
 def test_the_repository_matrix_renders_for_every_environment():

@@ -118,7 +118,7 @@ def test_no_kernel_image_is_an_L4_fail_naming_the_arch_fix():
 
 
 def test_segfault_in_get_compiler_version_keeps_the_rest_of_L3():
-    proc = verify("--json", pythonpath=FAULTS / "compiler_segv", timeout=180)
+    proc = verify("--json", "--levels", "L1,L3,L4,L5", pythonpath=FAULTS / "compiler_segv")
     assert proc.returncode == 1
     out = levels_of(proc)
     l3 = out["L3"]
@@ -128,7 +128,6 @@ def test_segfault_in_get_compiler_version_keeps_the_rest_of_L3():
     # the load child ran apart from the crash: its evidence survives
     assert l3["evidence"]["load"]["ext_import"] == "ok" and l3["evidence"]["load"]["ops_import"] == "ok"
     assert l3["evidence"]["info"]["signal"] == "SIGSEGV"
-    assert out["L2"]["status"] in ("SKIP", "PASS", "FAIL")  # L2 ran beside L3
     assert out["L4"]["status"] == "NOT RUN" and out["L5"]["status"] == "NOT RUN"
 
 

@@ -259,6 +259,19 @@ def test_missing_sha256_fails(tree, facts_128):
     assert any("python:" in ln and "[missing-sha256]" in ln for ln in lines), lines
 
 
+def test_pypi_torch_next_to_conda_mmcv_fails(tree, facts_128):
+    lock = tree / "pixi.lock"
+    text = lock.read_text()
+    s, e = _env_block(text, "rtx4090")
+    wheel = "https://files.pythonhosted.org/packages/xx/torch-2.7.1-cp311-cp311-manylinux_2_28_x86_64.whl"
+    block = text[s:e].rstrip("\n") + f"\n      - pypi: {wheel}\n"
+    text = text[:s] + block + text[e:]
+    text += f"- pypi: {wheel}\n  name: torch\n  version: 2.7.1\n"
+    lock.write_text(text)
+    lines = problems(tree, facts_128)
+    assert any(ln.startswith("rtx4090: torch:") and "[pypi-torch]" in ln for ln in lines), lines
+
+
 def test_missing_lock(tree, facts_128, capsys):
     (tree / "pixi.lock").unlink()
     assert run_lock_check(root=tree, facts=facts_128) == 1

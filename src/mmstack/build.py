@@ -24,6 +24,9 @@ ALL = "all"  # env=ALL: every variant of the matrix
 DEFAULT_CHANNELS = ("conda-forge",)
 TARGET_PLATFORM = "linux-64"
 RECIPE_FILE = "recipe.yaml"
+# The recipes `mmstack build` builds, in order: mmcv's tests run `mmstack verify`, so the mmstack
+# package must be in the channel first.
+STACK = ("mmstack", "mmcv")
 # Variant keys that pick a build (the rest, like c_stdlib, are the same for every row).
 SELECT_KEYS = ("python", "pytorch", "cuda_compiler_version", "mmcv_arch_list", "arch_tag")
 Progress = Callable[[str], None]
@@ -171,6 +174,30 @@ def run_build(
                      variant=dict(result.variant), seconds=seconds)
         for dest, (_, result, seconds) in zip(landed, built)
     ]
+
+
+def run_stack_build(
+    *,
+    root: str | os.PathLike[str] = ".",
+    channel_dir: str | os.PathLike[str],
+    env: str | None = None,
+    recipes: Sequence[str | os.PathLike[str]] = STACK,
+    variant_config: str | os.PathLike[str] | None = None,
+    **kwargs,
+) -> list[BuiltPackage]:
+    """`mmstack build`: each recipe in turn (names under root/recipes, or recipe directories).
+
+    Each recipe lands in the channel before the next one builds against it; a failure stops the
+    sequence and leaves that recipe's packages out (earlier recipes stay). Other keyword
+    arguments go to run_build.
+    """
+    root = Path(root)
+    config = Path(variant_config) if variant_config else root / "conda_build_config.yaml"
+    built: list[BuiltPackage] = []
+    for recipe in recipes:
+        recipe_dir = Path(recipe) if isinstance(recipe, os.PathLike) or os.sep in str(recipe) else root / "recipes" / recipe
+        built += run_build(recipe_dir=recipe_dir, variant_config=config, channel_dir=channel_dir, env=env, **kwargs)
+    return built
 
 
 # ---------------------------------------------------------------------------------------------

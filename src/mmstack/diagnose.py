@@ -71,7 +71,7 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "no-kernel-image",
         r"no kernel image is available|invalid device function|cudaErrorNoKernelImageForDevice",
-        "mmcv's _ext holds no SASS for the GPU's {sm} and no PTX at or below it (its arch list lacks {cc})",
+        "mmcv's _ext holds no SASS for {sm} and no PTX at or below it: its arch list lacks {cc}",
         "install the mmcv build for this GPU ({install}), or rebuild with {cc} in TORCH_CUDA_ARCH_LIST",
     ),
     Rule(
@@ -206,7 +206,7 @@ DEFAULTS = {
     "driver": "(installed)",
     "driver_needed": "the version torch's CUDA needs (`mmstack doctor`)",
     "cc": "the GPU's compute capability",
-    "sm": "sm_XY",
+    "sm": "this GPU's architecture",
     "cxx11_abi": "torch._C._GLIBCXX_USE_CXX11_ABI",
     "python": "this interpreter",
     "device": "the device",
@@ -237,6 +237,9 @@ class _Fields(dict):
 def diagnose(text: str, context: dict | None = None) -> Diagnosis:
     """The first rule matching `text`, its templates filled from `context` and the match."""
     fields = _Fields({k: v for k, v in (context or {}).items() if v not in (None, "")})
+    # The ladder's header lines (`step=... signal=...`, `timeout=...`) fill in the same fields.
+    for m in re.finditer(r"^(?:step=(?P<step>.*?)(?: signal=(?P<signal>SIG\w+))?|timeout=(?P<timeout>\S+))$", text, re.M):
+        fields.update({k: v for k, v in m.groupdict().items() if v and v != "?"})
     for rule in RULES:
         m = re.search(rule.pattern, text, re.IGNORECASE | re.MULTILINE)
         if m:

@@ -139,8 +139,9 @@ def _syncbn_for(device: Any) -> tuple[Any, str, dict[str, str]]:
             return factory, label, notes
         except Exception as exc:  # noqa: BLE001 - the refusal is the evidence
             notes[label] = _short(exc)
-    reason = (f"SyncBatchNorm needs CUDA tensors on {device.type}: mmcv.ops.SyncBatchNorm -> {notes['mmcv']}; "
-              f"torch.nn.SyncBatchNorm -> {notes['torch']}; trained with nn.BatchNorm2d instead")
+    reason = (f"SyncBatchNorm needs CUDA tensors on {device.type}: "
+              f"mmcv.ops.SyncBatchNorm -> {notes['mmcv']}; torch.nn.SyncBatchNorm -> {notes['torch']}; "
+              "trained with nn.BatchNorm2d instead")
     return torch.nn.BatchNorm2d, f"skipped: {reason}", notes
 
 

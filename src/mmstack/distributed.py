@@ -1,16 +1,19 @@
-"""L5: a short distributed training step through torchrun, and what to try when it fails.
+"""L5 across GPUs: a short distributed training step through torchrun, and what to try when it fails.
 
-`run_distributed_step` launches
+`run_distributed_step` launches torchrun (the engine; we write no launcher of our own):
 
-    <python> -m torch.distributed.run --standalone --nproc_per_node N -m mmstack.dist_worker \\
-        --steps S --out <tmp>/result.json --pg-timeout T
+    <python> -m torch.distributed.run --standalone --nproc_per_node=N --no_python \
+        <python> -c <boot> .../mmstack/dist_worker.py --steps S --out <tmp>/result.json --pg-timeout T
 
-(torchrun is the engine; `--nproc_per_node` is the spelling every torchrun since 1.10 accepts), waits
-at most `timeout` seconds, and turns what came back (rank 0's JSON, per-rank error files, the merged
-output) into one result: PASS/FAIL, the numbers, and for a failure a diagnosis with the fix to try.
-NCCL failures name the environment variables worth trying one at a time.
+The worker runs by path, as the ladder's children do, so the interpreter under test needs torch and
+mmcv but not mmstack (`torchrun ... -m mmstack.dist_worker` is the same thing where mmstack is
+installed). `--nproc_per_node` and `--no_python` are the spellings every torchrun since 1.10 accepts.
+It waits at most `timeout` seconds, then turns what came back (rank 0's JSON, the per-rank error
+files, torchrun's merged output) into one result: PASS/FAIL, the numbers, and for a failure a
+diagnosis with the fix to try; NCCL failures name the environment variables worth trying one at a
+time, with the peer-to-peer matrix and `nvidia-smi topo -m` as evidence.
 
-Stdlib only (the ladder imports this module in environments where only the stdlib is guaranteed);
+Stdlib only: the ladder imports this module in environments where only the stdlib is guaranteed;
 torch, mmcv and NCCL live in the worker processes.
 """
 
@@ -20,6 +23,7 @@ import json
 import math
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -33,8 +37,12 @@ from typing import Any
 from mmstack.dist_worker import FAULT_ENV, MULTICAST_OFF, TOO_FEW_GPUS
 from mmstack.errors import BadInput
 
-__all__ = ["MULTICAST_OFF", "FAULT_ENV", "NCCL_ENV_TO_TRY", "run_distributed_step", "diagnose",
-           "launch_env"]
+WORKER = Path(__file__).with_name("dist_worker.py")
+# Run the worker by path (as ladder.py runs its children) and drop argv[0]; run_path leaves sys.path alone.
+_BOOT = "import runpy,sys; p=sys.argv[1]; sys.argv=sys.argv[1:]; runpy.run_path(p, run_name='__main__')"
+
+__all__ = ["MULTICAST_OFF", "FAULT_ENV", "NCCL_ENV_TO_TRY", "NCCL_FIX", "run_distributed_step",
+           "diagnose", "launch_env", "torchrun_cmd"]
 
 # What to try, one at a time, when NCCL fails; each with the reason it can help.
 NCCL_ENV_TO_TRY: list[dict[str, str]] = [
@@ -58,63 +66,68 @@ NCCL_FIX = (
     "--nproc {nproc}`"
 )
 
-# (pattern, diagnosis, fix), most specific first; matched against the first failing rank's error,
-# then every rank's error, then torchrun's merged output.
-_RULES: list[tuple[re.Pattern[str], str, str]] = [
-    (re.compile(r"No module named '?mmstack"),
-     "the environment's python cannot import mmstack, which holds the worker (mmstack.dist_worker)",
-     "install mmstack into that environment, or pass the python of one that has it"),
-    (re.compile(r"No module named '?(mmcv|mmengine|torch)\b|cannot import name .* from 'mmcv"),
+# (rule id, pattern, diagnosis, fix), most specific first; matched against the first failing rank's
+# error, then every rank's error, then torchrun's merged output.
+_RULES: list[tuple[str, re.Pattern[str], str, str]] = [
+    ("missing-package",
+     re.compile(r"No module named '?(mmcv|mmengine|torch)\b|cannot import name .* from 'mmcv"),
      "torch, mmcv or mmengine is missing or broken in the environment the ranks run in",
      "run the lower levels first (`mmstack verify --levels L1,L2`) and fix what they report"),
-    (re.compile(rf"\d+ {TOO_FEW_GPUS}, \d+ GPUs? visible[^\n]*"),
+    ("too-few-gpus", re.compile(rf"\d+ {TOO_FEW_GPUS}, \d+ GPUs? visible[^\n]*"),
      "{match}: one process per GPU is needed",
      "lower --nproc to the GPU count, or run where more GPUs are visible (check CUDA_VISIBLE_DEVICES)"),
-    (re.compile(r"undefined symbol|ImportError: .*_ext"),
+    ("abi-mismatch", re.compile(r"undefined symbol|ImportError: .*_ext"),
      "mmcv's compiled extension does not load against this torch (ABI or version mismatch)",
      "install the mmcv build made for this torch and CUDA (`mmstack verify --levels L2` shows it)"),
-    (re.compile(r"no kernel image is available|invalid device function"),
+    ("no-kernel-image", re.compile(r"no kernel image is available|invalid device function"),
      "mmcv's CUDA kernels do not include this GPU's architecture",
      "check the arch list with `mmstack fatbin <mmcv/_ext*.so>` and install the build for this "
      "GPU generation"),
-    (re.compile(r"implementation for device cuda not found|[Nn]ot compiled with GPU support"),
+    ("mmcv-cpu-only",
+     re.compile(r"implementation for device cuda not found|[Nn]ot compiled with GPU support"),
      "mmcv was built without its CUDA ops",
      "install the CUDA build of mmcv for this generation, not the CPU one"),
-    (re.compile(r"CUDA out of memory|OutOfMemoryError"),
+    ("cuda-oom", re.compile(r"CUDA out of memory|OutOfMemoryError"),
      "a GPU ran out of memory (another process is using it?)",
      "free the GPUs (nvidia-smi shows who holds them) and rerun"),
-    (re.compile(r"invalid device ordinal"),
+    ("bad-device-ordinal", re.compile(r"invalid device ordinal"),
      "a rank was given a GPU index that is not visible",
      "check CUDA_VISIBLE_DEVICES and lower --nproc to the number of visible GPUs"),
-    (re.compile(r"Watchdog caught collective operation timeout|collective operation timeout"
-                r"|[Tt]imed out (waiting|after)|wait timeout|Timeout waiting for key"),
-     "a collective timed out: the ranks stopped exchanging data (NCCL transport hang)", NCCL_FIX),
-    (re.compile(r"NCCL error|nccl\w*Error|unhandled system error|unhandled cuda error|"
-                r"remote process exited or there was a network error|NCCL WARN"),
+    ("nccl-timeout", re.compile(r"Watchdog caught collective operation timeout|collective operation "
+                                r"timeout|[Tt]imed out (waiting|after)|wait timeout|Timeout waiting for key"),
+     "a collective timed out: the ranks stopped exchanging data (with NCCL, usually a transport that "
+     "hangs)", NCCL_FIX),
+    ("nccl-error", re.compile(r"NCCL error|nccl\w*Error|unhandled system error|unhandled cuda error|"
+                              r"remote process exited or there was a network error|NCCL WARN"),
      "NCCL failed to set up or run a collective between the ranks", NCCL_FIX),
-    (re.compile(r"Connection reset|Connection refused|Broken pipe|Address already in use|EADDRINUSE|"
-                r"Rendezvous\w*Error|server socket has failed"),
+    ("connection", re.compile(r"Connection reset|Connection refused|Broken pipe|Address already in use|"
+                              r"EADDRINUSE|Rendezvous\w*Error|server socket has failed"),
      "the connection between ranks (rendezvous store or gloo/NCCL sockets) broke",
      "on one host set NCCL_SOCKET_IFNAME=lo and GLOO_SOCKET_IFNAME=lo; check that no firewall blocks "
      "localhost ports; rerun with NCCL_DEBUG=INFO"),
-    (re.compile(r"SIGSEGV|Segmentation fault|exitcode\s*:\s*-11"),
+    ("segfault", re.compile(r"SIGSEGV|Segmentation fault|exitcode\s*:\s*-11"),
      "a rank crashed with a segmentation fault (often mmcv built against another torch)",
      "run `mmstack verify --levels L1,L2,L3` and install the matching mmcv build"),
-    (re.compile(r"SIGKILL|exitcode\s*:\s*-9"),
+    ("sigkill", re.compile(r"SIGKILL|exitcode\s*:\s*-9"),
      "a rank was killed (SIGKILL): usually the host ran out of memory",
      "check `dmesg` for the OOM killer; free host memory and rerun"),
 ]
 
 
-def launch_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment torchrun and its ranks get: ours, the caller's extras, multicast forced off."""
-    env = dict(os.environ)
-    env.update(extra or {})
+def launch_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment torchrun and its ranks get: `base` (default: ours), multicast forced off."""
+    env = dict(os.environ if base is None else base)
     # Unconditional, even over the caller's values: see dist_worker.MULTICAST_OFF for why.
     env.update(MULTICAST_OFF)
     env.setdefault("OMP_NUM_THREADS", "1")  # torchrun would set it anyway, with a warning
     env.setdefault("PYTHONUNBUFFERED", "1")  # rank output in order, and not lost when a rank is killed
     return env
+
+
+def torchrun_cmd(*, python: str, nproc: int, steps: int, out: Path, pg_timeout: float) -> list[str]:
+    return [python, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+            "--no_python", python, "-c", _BOOT, str(WORKER),
+            "--steps", str(steps), "--out", str(out), "--pg-timeout", f"{pg_timeout:g}"]
 
 
 def run_distributed_step(
@@ -125,8 +138,14 @@ def run_distributed_step(
     python: str = sys.executable,
     env: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """Run the L5 step with `nproc` ranks; return {status, backend, world_size, losses, params_agree,
-    syncbn, wall_s, diagnosis, fix, evidence}. Never raises for a failed run; BadInput for bad args."""
+    """Run the L5 step with `nproc` ranks under `python`, all within `timeout` seconds.
+
+    Returns {status: PASS|FAIL, backend: nccl|gloo, world_size, losses (mean over ranks, one per
+    step, reported by rank 0), params_agree, syncbn: "mmcv" | "torch" | "skipped: <why>", wall_s,
+    diagnosis, fix, rule (the diagnosis rule's id), summary (one line for a table), evidence}.
+    `env` is the whole environment for torchrun (default: ours); the multicast-off variables are
+    set over it. Never raises for a failed run; BadInput for bad arguments.
+    """
     if nproc < 1:
         raise BadInput(f"--nproc {nproc}: expected 1 or more processes", fix="pass --nproc 1 or more")
     if steps < 2:
@@ -136,20 +155,18 @@ def run_distributed_step(
     with tempfile.TemporaryDirectory(prefix="mmstack-l5-") as tmp:
         out = Path(tmp) / "result.json"
         # The process group gives up well before we do, so a stuck collective reports itself as an
-        # NCCL/gloo timeout with a rank and an operation instead of a silent kill.
+        # NCCL/gloo timeout naming the rank and the operation instead of ending in a silent kill.
         pg_timeout = max(5.0, timeout / 2)
-        cmd = [python, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-               "-m", "mmstack.dist_worker", "--steps", str(steps), "--out", str(out),
-               "--pg-timeout", f"{pg_timeout:g}"]
-        run_env = launch_env(env)
-        output, rc, timed_out = _launch(cmd, run_env, timeout)
+        cmd = torchrun_cmd(python=python, nproc=nproc, steps=steps, out=out, pg_timeout=pg_timeout)
+        # cwd: an empty directory, so a checkout's ./torch or ./mmcv cannot shadow the installed ones.
+        output, rc, timed_out = _launch(cmd, launch_env(env), timeout, cwd=tmp)
         result = _read_json(out)
         probe = _read_json(out.with_name(out.name + ".probe.json")) or {}
         rank_errors = sorted((e for e in (_read_json(p) for p in Path(tmp).glob("*.error.json")) if e),
                              key=lambda e: e.get("time", math.inf))
 
     evidence: dict[str, Any] = {
-        "cmd": " ".join(cmd),
+        "cmd": shlex.join(cmd),
         "returncode": rc,
         "multicast_off": dict(MULTICAST_OFF),
         "devices": probe.get("devices"),
@@ -158,17 +175,12 @@ def run_distributed_step(
         "stderr_tail": _tail(output),
     }
     res: dict[str, Any] = {
-        "status": "FAIL",
-        "backend": None,
-        "world_size": nproc,
-        "losses": [],
-        "params_agree": False,
-        "syncbn": None,
-        "wall_s": None,
-        "diagnosis": None,
-        "fix": None,
+        "status": "FAIL", "backend": None, "world_size": nproc, "losses": [], "params_agree": False,
+        "syncbn": None, "wall_s": None, "diagnosis": None, "fix": None, "rule": None, "summary": None,
         "evidence": evidence,
     }
+    if probe.get("cuda_available") is not None:  # what the ranks chose, even if they got no further
+        res["backend"] = "nccl" if probe["cuda_available"] and probe["device_count"] >= nproc else "gloo"
     if result:
         res.update(backend=result["backend"], world_size=result["world_size"], losses=result["losses"],
                    params_agree=result["params_agree"], syncbn=result["syncbn"])
@@ -177,43 +189,58 @@ def run_distributed_step(
             "bn_stats_max_abs_diff", "syncbn_notes", "mmcv_ops", "versions", "env", "worker_s")})
     if not result or rc != 0 or timed_out:
         evidence["rank_errors"] = [{k: e.get(k) for k in ("rank", "type", "message")} for e in rank_errors]
-        diagnosis, fix = diagnose(output=output, rank_errors=rank_errors, timed_out=timed_out,
-                                  timeout=timeout, returncode=rc, nproc=nproc)
-        if fix == NCCL_FIX.format(nproc=nproc):
-            evidence["nccl_env_to_try"] = NCCL_ENV_TO_TRY
-            evidence.update(_host_evidence())
-        res.update(diagnosis=diagnosis, fix=fix)
+        rule, diagnosis, fix = diagnose(output=output, rank_errors=rank_errors, timed_out=timed_out,
+                                        timeout=timeout, returncode=rc, nproc=nproc)
+        res.update(rule=rule, diagnosis=diagnosis, fix=fix)
     else:
-        res.update(_judge(result, nproc))
-    if probe.get("device_count") and res["status"] == "FAIL" and "topo" not in evidence:
+        res.update(_judge(result))
+    if res["rule"] in ("nccl-error", "nccl-timeout", "timeout"):
+        evidence["nccl_env_to_try"] = NCCL_ENV_TO_TRY
+    if res["status"] == "FAIL":
         evidence.update(_host_evidence())
+    res["summary"] = _summary(res)
     res["wall_s"] = round(time.monotonic() - started, 2)
     return res
 
 
-def _judge(result: dict[str, Any], nproc: int) -> dict[str, Any]:
+def _summary(res: dict[str, Any]) -> str:
+    if res["status"] != "PASS":
+        return str(res["diagnosis"])
+    losses, ev = res["losses"], res["evidence"]
+    syncbn = res["syncbn"]
+    bn = ("mmcv SyncBatchNorm synchronised" if syncbn == "mmcv" else
+          "torch SyncBatchNorm synchronised" if syncbn == "torch" else "SyncBatchNorm skipped (CUDA-only)")
+    return (f"{res['backend']} x{res['world_size']} on {ev.get('device')}: loss {losses[0]:.4g} -> "
+            f"{losses[-1]:.4g} in {len(losses)} steps, parameters identical on every rank, {bn}")
+
+
+def _judge(result: dict[str, Any]) -> dict[str, Any]:
     """PASS only if the loss fell, every rank holds the same parameters, and (when a SyncBatchNorm ran)
     the BatchNorm running statistics agree across ranks, which they do only if it synchronised."""
     losses = result["losses"]
-    problems, fixes = [], []
+    problems, fixes, rules = [], [], []
     if not all(math.isfinite(x) for x in losses):
         problems.append(f"loss is not finite: {losses}")
         fixes.append("run L4 (single-process ops) to find the op producing NaN/inf")
+        rules.append("loss-not-finite")
     elif not result["loss_fell"]:
         problems.append(f"loss did not fall over {len(losses)} steps: {losses[0]:.4g} -> {losses[-1]:.4g}")
         fixes.append("gradients do not reach the parameters: check mmcv op backward with L4")
+        rules.append("loss-flat")
     if not result["params_agree"]:
         problems.append(f"ranks hold different parameters after training (max |diff| "
                         f"{result['param_max_abs_diff']:.3g}; sha256 per rank {result['param_sha256']})")
         fixes.append("gradients were not all-reduced identically: rerun with NCCL_DEBUG=INFO and "
                      "NCCL_P2P_DISABLE=1 to rule out a faulty transport")
-    syncbn_ran = result["syncbn"] in ("mmcv", "torch")
-    if syncbn_ran and not result["bn_stats_agree"]:
+        rules.append("params-disagree")
+    if result["syncbn"] in ("mmcv", "torch") and not result["bn_stats_agree"]:
         problems.append(f"SyncBatchNorm running statistics differ across ranks (max |diff| "
                         f"{result['bn_stats_max_abs_diff']:.3g}): it did not synchronise")
         fixes.append("check mmcv's sync_bn ops on this GPU (L4) and the process group it was given")
+        rules.append("syncbn-not-synced")
     if problems:
-        return {"status": "FAIL", "diagnosis": "; ".join(problems), "fix": "; ".join(fixes)}
+        return {"status": "FAIL", "diagnosis": "; ".join(problems), "fix": "; ".join(fixes),
+                "rule": rules[0]}
     return {"status": "PASS"}
 
 
@@ -225,15 +252,16 @@ def diagnose(
     timeout: float,
     returncode: int | None,
     nproc: int,
-) -> tuple[str, str]:
-    """Map a failed run to (diagnosis, fix). The first failing rank's error decides when it matches
-    a rule: the other ranks usually fail as a consequence (connection reset, killed by torchrun)."""
+) -> tuple[str, str, str]:
+    """Map a failed run to (rule id, diagnosis, fix). The first failing rank's error decides when it
+    matches a rule: the other ranks usually fail as a consequence (connection reset, killed by
+    torchrun)."""
     texts = [f"{e.get('type')}: {e.get('message')}\n{e.get('traceback', '')}" for e in rank_errors]
     first = texts[0] if texts else ""
     for text in (first, "\n".join(texts), output):
         if text is output and timed_out:
             break  # what torchrun printed while being killed says less than the timeout itself
-        for pattern, diagnosis, fix in _RULES:
+        for rule, pattern, diagnosis, fix in _RULES:
             m = pattern.search(text)
             if m:
                 diagnosis = diagnosis.format(match=m.group(0).strip())
@@ -243,26 +271,28 @@ def diagnose(
                     diagnosis = f"rank {e.get('rank')}: {diagnosis}"
                     if m.group(0).strip() not in diagnosis:
                         diagnosis += f" ({said})"
-                return diagnosis, fix.format(nproc=nproc)
+                return rule, diagnosis, fix.format(nproc=nproc)
     if timed_out:
-        return (f"no result after {timeout:g} s: a rank hung (most often NCCL transport setup: "
+        return ("timeout", f"no result after {timeout:g} s: a rank hung (most often NCCL transport setup: "
                 f"peer-to-peer, shared memory or the network interface)", NCCL_FIX.format(nproc=nproc))
     if rank_errors:
         e = rank_errors[0]
         said = _first_line(f"{e.get('type')}: {e.get('message')}")
-        return (f"rank {e.get('rank')} failed: {said}",
+        return ("rank-error", f"rank {e.get('rank')} failed: {said}",
                 "see evidence.stderr_tail; rerun with NCCL_DEBUG=INFO")
-    return (f"torchrun exited with code {returncode} and no result",
+    return ("no-result", f"torchrun exited with code {returncode} and no result",
             "see evidence.stderr_tail; rerun with NCCL_DEBUG=INFO")
 
 
-def _launch(cmd: list[str], env: dict[str, str], timeout: float) -> tuple[str, int | None, bool]:
+def _launch(cmd: list[str], env: dict[str, str], timeout: float, *, cwd: str) -> tuple[str, int | None, bool]:
     """Run torchrun in its own session so a hang can be ended as a group: torchrun and its ranks."""
     try:
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, errors="replace", start_new_session=True)
+                                text=True, errors="replace", start_new_session=True, cwd=cwd,
+                                stdin=subprocess.DEVNULL)
     except OSError as exc:
-        return f"could not start {cmd[0]}: {exc}", None, False
+        raise BadInput(f"cannot run {cmd[0]}: {exc.strerror}",
+                       fix="pass a Python interpreter to --python") from None
     try:
         output, _ = proc.communicate(timeout=timeout)
         return output, proc.returncode, False

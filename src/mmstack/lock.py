@@ -79,8 +79,11 @@ def _generic(vps: dict[str, str]):
     return out
 
 
-def solve_env(env: EnvSpec, facts: Facts, channels: list[str]) -> tuple[Platform, list]:
-    """Solve one environment; a failure is a CheckFailed naming the env and the solver's reason."""
+def solve_env(env: EnvSpec, facts: Facts, channels: list[str], *, gateway=None) -> tuple[Platform, list]:
+    """Solve one environment; a failure is a CheckFailed naming the env and the solver's reason.
+
+    Pass one rattler Gateway for several environments: it caches repodata between solves.
+    """
     from rattler import solve
 
     if env.pypi:
@@ -90,10 +93,11 @@ def solve_env(env: EnvSpec, facts: Facts, channels: list[str]) -> tuple[Platform
         raise BadInput(f"environment {env.name!r} resolves to {len(env.platforms)} platforms", source=pixi_manifest.MANIFEST,
                        fix="bind one of its features to a single platform")
     plat = env.platforms[0]
+    _check_local_channels(channels, plat.subdir)
     specs = [s.match_spec for s in env.specs]
     try:
         records = asyncio.run(solve(
-            channels, specs, platforms=[plat.subdir, "noarch"],
+            channels, specs, platforms=[plat.subdir, "noarch"], gateway=gateway,
             virtual_packages=_generic(virtual_packages(env, plat, facts)),
         ))
     except Exception as exc:
@@ -102,6 +106,24 @@ def solve_env(env: EnvSpec, facts: Facts, channels: list[str]) -> tuple[Platform
         raise CheckFailed(f"{env.name}: cannot solve: {reason}",
                           fix="check the channels (--channel for a mirror or local channel) and the pins in pixi.toml") from None
     return plat, records
+
+
+def _check_local_channels(channels: list[str], subdir: str) -> None:
+    """A local channel must be an indexed channel before the solver sees it.
+
+    (Also keeps rattler from failing on it while a remote fetch is still in flight, which can
+    abort the interpreter at exit.)
+    """
+    from urllib.parse import unquote, urlparse
+
+    for c in channels:
+        if not c.startswith("file://"):
+            continue
+        root = Path(unquote(urlparse(c).path))
+        if not (root / "noarch" / "repodata.json").is_file():
+            raise BadInput(f"channel {c} is not an indexed conda channel (no noarch/repodata.json)",
+                           fix="build and index it (`mmstack build --all --channel channel`, `mmstack channel index channel`)"
+                               " or pass --channel")
 
 
 def _locked(env: str, plat: Platform, channels: list[str], records) -> LockedEnv:
@@ -176,30 +198,35 @@ def run_lock(*, root: Path = Path("."), envs: list[str] | None = None, channels:
     old = lockfile.read_pixi_lock(lock_path) if lock_path.is_file() else {}
     solved: dict[str, tuple[Platform, list[str], list]] = {}
     report.info(f"solving {len(names)} environment(s) against {', '.join(inputs.channels)}")
+    from rattler import Gateway
+
+    gateway = Gateway()
     for i, name in enumerate(names, 1):
         env = inputs.manifest.envs[name]
         t0 = time.perf_counter()
         report.info(f"[{i}/{len(names)}] {name}: {len(env.specs)} specs on {env.platforms[0].name} …")
-        plat, records = solve_env(env, inputs.facts, inputs.channels)
+        plat, records = solve_env(env, inputs.facts, inputs.channels, gateway=gateway)
         solved[name] = (plat, inputs.channels, records)
         report.info(f"[{i}/{len(names)}] {name}: {len(records)} packages in {time.perf_counter() - t0:.2f}s")
 
-    # Environments not re-solved keep their locked records (when pixi.toml still has them).
+    # Environments not re-solved keep their locked records and the platform they were solved on.
     all_envs = dict(solved)
     if old:
         from rattler import LockFile
 
-        lf_old = LockFile.from_path(lock_path)
-        for name, e in lf_old.environments():
+        for name, e in LockFile.from_path(lock_path).environments():
             if name in all_envs or name not in inputs.manifest.envs:
                 continue
-            plat = next(p for p in inputs.manifest.platforms if p.name == old[name].platform) \
-                if any(p.name == old[name].platform for p in inputs.manifest.platforms) else None
-            if plat is None:
-                report.info(f"{name}: dropped (its platform {old[name].platform} is gone from pixi.toml; re-lock it)")
-                continue
+            prev = old[name]
+            declared = tuple(tuple(s.split("=", 1)) for s in prev.virtual_packages)
+            plat = Platform(prev.platform, prev.subdir, tuple((n, v.split("=")[0]) for n, v in declared))
             recs = e.conda_repodata_records_for_platform(e.platforms()[0]) or []
-            all_envs[name] = (plat, list(old[name].channels), list(recs))
+            all_envs[name] = (plat, list(prev.channels), list(recs))
+    seen: dict[str, Platform] = {}
+    for name, (plat, _, _) in all_envs.items():
+        if seen.setdefault(plat.name, plat).declared != plat.declared:
+            raise CheckFailed(f"platform {plat.name!r} changed in pixi.toml; environments locked on the old one would be mixed"
+                              f" with {name!r}", fix="re-lock every environment: `mmstack lock` without --env")
 
     files = dict(ymls)
     lf = lockfile.build_pixi_lock(all_envs)

@@ -13,8 +13,9 @@ renamed into place only when all of them were written.
 
 from __future__ import annotations
 
-import io
+import json
 import os
+import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -206,13 +207,11 @@ class CondaLock:
 
 def read_conda_lock(path: Path) -> CondaLock:
     """Parse and validate a conda-lock v1 file; anything malformed is a BadInput naming it."""
-    from ruamel.yaml import YAML, YAMLError
-
     path = Path(path)
     where = str(path)
     try:
-        doc = YAML(typ="safe", pure=True).load(path.read_text())
-    except (OSError, YAMLError, UnicodeDecodeError) as exc:
+        doc = load_yaml(path.read_text())
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
         raise BadInput(f"cannot read the conda-lock file: {str(exc).splitlines()[0]}", source=where,
                        fix="run `mmstack lock` to rewrite it") from None
 
@@ -262,16 +261,82 @@ def _build_from_file(file_name: str, p: dict) -> str:
     return stem[len(head):] if stem.startswith(head) else stem.rsplit("-", 1)[-1]
 
 
-def dump_yaml(doc: dict) -> str:
-    from ruamel.yaml import YAML
+def load_yaml(text: str):
+    """Safe-load YAML: libyaml through PyYAML when present (a conda-lock file of a CUDA environment
+    has thousands of lines; pure-Python parsing takes ~0.3 s each), else ruamel.yaml. Parse errors
+    are ValueErrors."""
+    try:
+        import yaml
 
-    y = YAML(typ="safe", pure=True)
-    y.default_flow_style = False
-    y.width = 4096  # one line per digest and URL
-    y.sort_base_mapping_type_on_output = False  # keep conda-lock's key order
-    buf = io.StringIO()
-    y.dump(doc, buf)
-    return buf.getvalue()
+        loader = yaml.CSafeLoader
+    except (ImportError, AttributeError):
+        loader = None
+    if loader is not None:
+        try:
+            return yaml.load(text, Loader=loader)
+        except yaml.YAMLError as exc:
+            raise ValueError(str(exc)) from None
+    from ruamel.yaml import YAML, YAMLError
+
+    try:
+        return YAML(typ="safe", pure=True).load(text)
+    except YAMLError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def dump_yaml(doc) -> str:
+    """Block-style YAML in the dict's key order (conda-lock's layout).
+
+    A small emitter, not a YAML library: it writes plain-dict/list/str/int/bool trees only, keys
+    that are plain words, and every string double-quoted with JSON escapes (valid YAML, never
+    re-typed by a reader as a number, date or bool). A library dumper takes ~0.15 s per CUDA
+    environment; this takes milliseconds.
+    """
+    out: list[str] = []
+    _emit(doc, 0, out)
+    return "\n".join(out) + "\n"
+
+
+_PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
+
+
+def _scalar(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if v is None:
+        return "null"
+    return json.dumps(str(v), ensure_ascii=False)
+
+
+def _key(k) -> str:
+    k = str(k)
+    return k if _PLAIN_KEY.match(k) and k.lower() not in ("true", "false", "null", "yes", "no", "on", "off") else json.dumps(k)
+
+
+def _emit(node, indent: int, out: list[str]) -> None:
+    pad = " " * indent
+    if isinstance(node, dict):
+        for k, v in node.items():
+            if isinstance(v, (dict, list)) and v:
+                out.append(f"{pad}{_key(k)}:")
+                _emit(v, indent + 2 if isinstance(v, dict) else indent, out)
+            else:
+                out.append(f"{pad}{_key(k)}: {('{}' if isinstance(v, dict) else '[]') if isinstance(v, (dict, list)) else _scalar(v)}")
+    elif isinstance(node, list):
+        for item in node:
+            if isinstance(item, dict) and item:
+                sub: list[str] = []
+                _emit(item, indent + 2, sub)
+                sub[0] = f"{pad}- " + sub[0][indent + 2:]
+                out.extend(sub)
+            elif isinstance(item, list) and item:
+                raise TypeError("nested lists are not emitted")
+            else:
+                out.append(f"{pad}- {_scalar(item) if not isinstance(item, (dict, list)) else '{}'}")
+    else:
+        out.append(f"{pad}{_scalar(node)}")
 
 
 # -- atomic writes -------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 from . import arch as archmod
 from .facts import Facts, Generation, version_key
@@ -173,13 +174,16 @@ def input_digests(env: EnvSpec, facts: Facts, matrix: list[Variant]) -> dict[str
     """What one environment's lock was solved from, per input file."""
     gen = _gen(facts, env.name)
     serving = [v.as_dict() for v in matrix if env.name in v.envs]
-    tk = None
-    if gen and gen.is_gpu:
-        tk = facts.toolkit(gen.cuda).model_dump()
+    row = tk = None
+    if gen is not None:  # the fields that steer the solve and the rules, not prose or sources
+        row = {"env": gen.env, "compute_capability": gen.compute_capability, "cuda": gen.cuda}
+        if gen.is_gpu:
+            t = facts.toolkit(gen.cuda)
+            tk = {"version": t.version, "sass": list(t.sass), "min_driver": t.min_driver}
     return {
         "mmstack_manifest": env.digest(),
         "mmstack_matrix": digest(serving),
-        "mmstack_facts": digest({"generation": gen.model_dump() if gen else None, "toolkit": tk}),
+        "mmstack_facts": digest({"generation": row, "toolkit": tk}),
     }
 
 
@@ -455,7 +459,6 @@ class ChannelIndex:
 
     def __init__(self, channels: list[str]):
         from urllib.parse import unquote, urlparse
-        from pathlib import Path
 
         self._sha: dict[str, str] = {}
         self._bases: list[str] = []

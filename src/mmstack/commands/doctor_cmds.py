@@ -55,5 +55,5 @@ def run_detect(*, as_json: bool) -> int:
                            title=f"local GPUs (from {source})")
     else:
         report.console().print(f"no NVIDIA GPU found ({'; '.join(notes)}); use the cpu environment: {suggest[0]}",
-                               highlight=False, markup=False)
+                               highlight=False, markup=False, soft_wrap=True)
     return 1 if any(not g["environment"] for g in gpus) else 0

@@ -1,0 +1,166 @@
+"""The real mmcv recipe, CPU variant, built by the real rattler-build engine, offline.
+
+Dependencies come from the bootstrap channel (tests/support/bootstrap.py: this machine's CPython,
+PyPI wheels repacked under conda-forge's names, stub compiler packages), the sdist from a local
+copy checked against the recipe's sha256. The recipe's own tests run inside the build (import
+mmcv.ops, the _ext file, `mmstack verify`), then mmcv is installed from the channel into a fresh
+prefix with py-rattler and its ops are run there.
+
+Slow: ~2 min for the bootstrap channel and 12-20 min for mmcv on 2 cores, both cached under
+~/.cache/mmstack-tests (keyed on the recipe, patches, build.sh, variant config and the mmstack
+sources), so a rerun with nothing changed takes seconds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("rattler_build", reason="py-rattler-build is the optional 'build' extra")
+
+from mmstack import build, channel  # noqa: E402
+from support import bootstrap, offline  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = ROOT / "conda_build_config.yaml"
+
+
+def _say(msg: str) -> None:
+    print(f"[e2e {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+@pytest.fixture(scope="module")
+def bootstrap_channel() -> Path:
+    try:
+        started = time.monotonic()
+        path = bootstrap.bootstrap_channel(log=_say)
+        _say(f"bootstrap channel {path} ({time.monotonic() - started:.0f}s)")
+        return path
+    except bootstrap.BootstrapUnavailable as exc:
+        pytest.skip(f"no bootstrap channel on this machine: {exc}")
+
+
+def _inputs_key(boot: Path) -> str:
+    """Everything the built channel depends on: recipes, patches, build.sh, matrix, mmstack."""
+    h = hashlib.sha256(boot.name.encode())
+    files = [CONFIG, ROOT / "pyproject.toml", *sorted((ROOT / "recipes" / "mmcv").rglob("*")),
+             *sorted((ROOT / "recipes" / "mmstack").rglob("*")), *sorted((ROOT / "src" / "mmstack").rglob("*.py")),
+             *sorted((ROOT / "src" / "mmstack" / "data").rglob("*")), Path(build.__file__), Path(channel.__file__)]
+    for f in files:
+        if f.is_file() and "__pycache__" not in f.parts:
+            h.update(f.relative_to(ROOT).as_posix().encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()[:12]
+
+
+@pytest.fixture(scope="module")
+def built_channel(bootstrap_channel: Path) -> dict:
+    """A channel holding mmstack (noarch) and mmcv (cpu, py311), built with tests; cached."""
+    cache = bootstrap.CACHE_ROOT / f"mmcv-cpu-{_inputs_key(bootstrap_channel)}"
+    summary_file = cache / "build-summary.json"
+    if summary_file.is_file():
+        _say(f"reusing {cache} (same recipe, patches, build.sh, matrix and mmstack sources)")
+        return {**json.loads(summary_file.read_text()), "channel": cache, "cached": True}
+
+    work = Path(tempfile.mkdtemp(prefix=".tmp-mmcv-cpu-", dir=bootstrap.CACHE_ROOT))
+    try:
+        ch = work / "channel"  # the test's ./channel
+        recipe = offline.offline_recipe(ROOT / "recipes" / "mmcv", work / "recipes" / "mmcv",
+                                        url=offline.MMCV_SDIST_URL, local_file=offline.cached_sdist())
+        started = time.monotonic()
+        # as `mmstack build --env cpu` does it (mmstack first: mmcv's tests run `mmstack verify`),
+        # for the one python the bootstrap channel has
+        built = build.run_stack_build(root=ROOT, channel_dir=ch, env="cpu", select={"python": "3.11"},
+                                      recipes=[ROOT / "recipes" / "mmstack", recipe], variant_config=CONFIG,
+                                      extra_channels=[bootstrap_channel], progress=_say, work_dir=work)
+        summary = {
+            "seconds": round(time.monotonic() - started),
+            "packages": [p.as_dict() | {"size": p.path.stat().st_size} for p in built],
+        }
+        for p in summary["packages"]:
+            p["path"] = str(Path(p["path"]).relative_to(ch))
+        (ch / "build-summary.json").write_text(json.dumps(summary, indent=2))
+        try:
+            ch.rename(cache)
+        except OSError:  # a concurrent run cached it first
+            pass
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return {**summary, "channel": cache, "cached": False}
+
+
+def test_cpu_variant_builds_with_its_tests_into_the_channel(built_channel):
+    ch = built_channel["channel"]
+    mmcv = [p for p in built_channel["packages"] if p["name"] == "mmcv"]
+    assert len(mmcv) == 1
+    assert mmcv[0]["build_string"].startswith("cpu_py311_h")
+    assert (ch / mmcv[0]["path"]).is_file()
+    repodata = json.loads((ch / "linux-64" / "repodata.json").read_text())
+    (record,) = [r for r in repodata["packages.conda"].values() if r["name"] == "mmcv"]
+    assert "pytorch 2.13.* cpu*" in record["depends"]
+    assert not any(d.startswith("__cuda") for d in record["depends"])
+    _say(f"mmcv {mmcv[0]['build_string']}: {mmcv[0]['size'] / 1e6:.1f} MB, built and tested in "
+         f"{mmcv[0]['seconds']:.0f}s{' (cached)' if built_channel['cached'] else ''}")
+
+
+def test_the_package_holds_the_compiled_ops(built_channel):
+    from rattler_build import Package
+
+    (mmcv,) = [p for p in built_channel["packages"] if p["name"] == "mmcv"]
+    pkg = Package.from_file(built_channel["channel"] / mmcv["path"])
+    ext = [f for f in pkg.files if "/site-packages/mmcv/_ext." in f and f.endswith(".so")]
+    assert ext, "mmcv/_ext*.so is missing from the package"
+    assert pkg.tests, "the recipe's tests travel inside the package"
+
+
+def _clean_env() -> dict:
+    """The installed prefix on its own: no venv, PYTHONPATH or conda variables leaking in."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV", "CONDA"))}
+
+
+@pytest.fixture(scope="module")
+def installed_prefix(built_channel, bootstrap_channel, tmp_path_factory) -> Path:
+    """mmcv and mmstack installed from the channel into a fresh prefix with py-rattler."""
+    prefix = tmp_path_factory.mktemp("installed") / "env"
+    started = time.monotonic()
+    installed = channel.install(["mmcv", "mmstack", "python 3.11.*"], [built_channel["channel"], bootstrap_channel],
+                                prefix)
+    _say(f"installed {len(installed)} packages into a fresh prefix in {time.monotonic() - started:.0f}s")
+    assert any(r.startswith("mmcv=2.2.0=cpu_py311_h") for r in installed), installed
+    return prefix
+
+
+def test_installed_mmcv_runs_its_compiled_ops(installed_prefix):
+    code = (
+        "import torch, mmcv, mmcv.ops\n"
+        "from mmcv.ops import nms\n"
+        "boxes = torch.tensor([[0., 0., 10., 10.], [1., 1., 10., 10.], [20., 20., 30., 30.]])\n"
+        "scores = torch.tensor([0.9, 0.8, 0.7])\n"
+        "dets, keep = nms(boxes, scores, 0.5)\n"
+        "assert keep.tolist() == [0, 2], keep\n"
+        "print(mmcv.__version__, mmcv.__file__)\n"
+    )
+    run = subprocess.run([str(installed_prefix / "bin" / "python"), "-c", code], capture_output=True, text=True,
+                         timeout=600, env=_clean_env())
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.startswith(f"2.2.0 {installed_prefix}")
+
+
+def test_the_ladder_passes_in_the_installed_prefix(installed_prefix):
+    started = time.monotonic()
+    run = subprocess.run([str(installed_prefix / "bin" / "mmstack"), "verify", "--levels", "L1,L3,L4", "--json"],
+                         capture_output=True, text=True, timeout=1200, env=_clean_env())
+    _say(f"mmstack verify --levels L1,L3,L4 in the installed prefix: rc {run.returncode}, "
+         f"{time.monotonic() - started:.0f}s")
+    assert run.returncode == 0, (run.stdout[-3000:], run.stderr[-3000:])
+    json.loads(run.stdout)  # machine-readable, as CI reads it
