@@ -21,7 +21,9 @@ export PYTHONPATH="/tmp/site:$REPO/src"
 mm() { python3 -m mmstack.cli "$@"; }
 
 { nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader; nvcc --version | tail -2
-  gcc --version | head -1; python3 -c 'import torch; print(torch.__version__, torch.version.cuda)'; nproc; } > "$OUT/machine.txt" 2>&1
+  gcc --version | head -1; python3 -c 'import torch; print(torch.__version__, torch.version.cuda)'; nproc
+  echo "g++ shared libstdc++: $(g++ -print-file-name=libstdc++.so)"; ls "$(dirname "$(dirname "$(command -v g++)")")"/lib*/libstdc++* 2>&1 | head
+} > "$OUT/machine.txt" 2>&1
 
 # --- build with the recipe's build.sh ---------------------------------------------------------
 rm -rf /tmp/b && mkdir -p /tmp/b && tar xzf .carry/mmcv-2.2.0.tar.gz -C /tmp/b
@@ -34,7 +36,7 @@ log=$(find /tmp/b/mmcv-2.2.0/build -name .ninja_log | head -1)
 [ -n "$log" ] && python3 "$REPO/benchmarks/ninja_units.py" "$log" --json > "$OUT/units_$TAG.json"
 cd "$REPO"
 EXT=$(python3 -c 'import glob, os, mmcv; print(glob.glob(os.path.join(os.path.dirname(mmcv.__file__), "_ext*.so"))[0])')
-ls -l "$EXT"
+ls -l "$EXT"; readelf -d "$EXT" | grep NEEDED > "$OUT/needed_$TAG.txt"
 
 save
 # --- fatbin: ours against cuobjdump -----------------------------------------------------------
@@ -69,9 +71,15 @@ echo "verify rc=$?"
 mm doctor --json > "$OUT/doctor_$TAG.json" 2>&1
 
 save
-# --- timings ---------------------------------------------------------------------------------
-python3 benchmarks/bench_ops.py --device cuda --json > "$OUT/ops_$TAG.json" 2>&1
-python3 benchmarks/bench_startup.py --device cuda --runs 3 --json > "$OUT/startup_$TAG.json" 2>&1
+# --- timings (each later step only if time is left: the device allows 600 s a call) ---
+left() { [ "$SECONDS" -lt "$1" ]; }
+timeout 120 python3 benchmarks/bench_ops.py --device cuda --json > "$OUT/ops_$TAG.json" 2>&1
+save
+left 420 && timeout 100 python3 benchmarks/bench_startup.py --device cuda --runs 3 --json > "$OUT/startup_$TAG.json" 2>&1
+save
+left 460 && timeout 90 python3 -c "import json; from mmstack.distributed import run_distributed_step as r; print(json.dumps(r(nproc=1, steps=5), indent=2))" > "$OUT/dist1_$TAG.json" 2>&1
+save
+left 500 && timeout 90 python3 benchmarks/bench_detector.py --device cuda --repeats 3 --iters 5 --json > "$OUT/detector_$TAG.json" 2>&1
 du -b "$EXT" > "$OUT/size_$TAG.txt"
 save
 echo done

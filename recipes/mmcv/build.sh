@@ -112,6 +112,27 @@ export CXXFLAGS="${CXXFLAGS:-${py_cflags}} -g0"
 # OpenMP for the CPU ops: patches/0004-enable-openmp-cpu-ops.patch adds -fopenmp in setup.py
 # (compile and link), where the flags for the ops are chosen.
 
+# libstdc++ must be linked as a shared library. A g++ without a shared libstdc++ (found on the
+# lent H200's image: /opt/gcc's g++ 13.3 has only libstdc++.a) links a private copy of the
+# iostream code into _ext whose locale facets are never initialised, because the process's
+# libstdc++.so.6 (loaded by python and torch) already owns them: the first `ostream << int`
+# in _ext (get_compiler_version, get_compiling_cuda_version, hence collect_env() and every
+# mmdet training start) dies with SIGSEGV in basic_ostream::_M_insert<long>
+# (benchmarks/results/h200/ holds the cuda-gdb backtrace). Link against the libstdc++.so.6
+# torch itself uses instead. conda's compilers always have the shared one; this is a no-op there.
+cxx="${CXX:-g++}"
+stdcxx_so="$("${cxx}" -print-file-name=libstdc++.so 2>/dev/null || true)"
+if [[ "${stdcxx_so}" != /* || ! -e "${stdcxx_so}" ]]; then
+  torch_stdcxx="$(cd / && "${PYTHON}" -c 'import torch; print(next(l.split()[-1] for l in open("/proc/self/maps") if "/libstdc++.so" in l))')"
+  [[ -e "${torch_stdcxx}" ]] || die "${cxx} has no shared libstdc++ and torch's could not be found."
+  mkdir -p "${SRC_DIR}/build/mmstack-stdcxx"
+  ln -sf "${torch_stdcxx}" "${SRC_DIR}/build/mmstack-stdcxx/libstdc++.so"
+  export LDFLAGS="-L${SRC_DIR}/build/mmstack-stdcxx ${LDFLAGS:-}"
+  set +x
+  echo "mmstack build.sh: ${cxx} has no shared libstdc++; linking against torch's ${torch_stdcxx}"
+  set -x
+fi
+
 # torch builds with ninja when `ninja` is on PATH (much faster than the serial fallback); a
 # venv's ninja sits next to its python.
 if ! command -v ninja >/dev/null; then
@@ -126,7 +147,8 @@ fi
 
 # --- check what was installed ---------------------------------------------------------------
 set +x
-ext_files="$("${PYTHON}" - <<'EOF'
+# From / so that the sdist's own mmcv.egg-info in the source dir does not shadow the install.
+ext_files="$(cd / && "${PYTHON}" - <<'EOF'
 from importlib.metadata import distribution
 
 dist = distribution("mmcv")
@@ -149,6 +171,10 @@ for ext in ${ext_files}; do
       echo "mmstack build.sh: WARNING: ${ext} has debug info despite -g0; stripping it." >&2
       "${STRIP:-strip}" --strip-debug "${ext}"
       sections="$(readelf -S -W "${ext}")"
+    fi
+    if ! readelf -d -W "${ext}" | grep -q 'NEEDED.*libstdc++\.so'; then
+      die "${ext} does not load libstdc++.so: a static copy of libstdc++ got linked in, which
+  crashes in get_compiler_version(). Use a g++ with a shared libstdc++ (conda's gxx)."
     fi
     if [[ "${with_cuda}" == "1" ]] && ! grep -q '\.nv_fatbin' <<< "${sections}"; then
       die "${ext} has no .nv_fatbin section: the CUDA ops were not compiled (FORCE_CUDA=1)."
