@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 import time
@@ -62,7 +63,9 @@ def _time(step, *, warmup: int, iters: int, repeats: int, device: str) -> dict:
         "iters_per_s_all": rates,
         "loss_first": losses[0],
         "loss_last": losses[-1],
-        "losses_finite": all(loss == loss and abs(loss) != float("inf") for loss in losses),
+        "losses_finite": all(math.isfinite(loss) for loss in losses),
+        # Speed of a diverging run means little: say so next to the number.
+        "loss_fell": losses[-1] < losses[0],
     }
 
 
@@ -81,7 +84,8 @@ def bench_mmdet(args, samples) -> dict:
     data = td.to_mmdet_inputs(samples, device=args.device)
 
     def step() -> float:
-        return float(model.train_step(data, optim)["loss"])
+        loss = model.train_step(data, optim)["loss"]
+        return float(loss.detach() if hasattr(loss, "detach") else loss)
 
     result = _time(
         step, warmup=args.warmup, iters=args.iters, repeats=args.repeats, device=args.device
@@ -126,7 +130,7 @@ def bench_torchvision(args, samples, variant: str) -> dict:
     try:
         import torch
         import torchvision
-    except Exception as exc:  # torchvision built for another torch fails with odd errors
+    except Exception as exc:  # noqa: BLE001 - one built for another torch fails in odd ways
         return {"skipped": f"torchvision does not import: {type(exc).__name__}: {exc}"}
 
     td.seed_everything(args.seed)
@@ -228,7 +232,7 @@ def _print_table(report: dict) -> None:
         else:
             print(
                 f"  {name:22s} {side['iters_per_s']:8.3f} it/s   loss {side['loss_first']:.3f} -> "
-                f"{side['loss_last']:.3f}"
+                f"{side['loss_last']:.3f}" + ("" if side["loss_fell"] else "  (loss did not fall)")
             )
     for key, label in (("ratio", "matched"), ("ratio_vs_stock", "stock")):
         value = report[key]

@@ -153,3 +153,20 @@ def test_stack_build_lands_each_recipe_before_the_next_builds(tmp_path):
                                   variant_config=config, select={"flavor": "plain"}, extra_channels=[],
                                   work_dir=tmp_path)
     assert [p.name for p in built] == ["helper", "tiny"]
+
+
+def test_a_build_script_error_message_is_what_the_user_sees(tmp_path):
+    recipe_dir, config = _recipe(
+        tmp_path, extra="\"echo 'mmstack build.sh: ERROR: CUDA variant has no arch list.' && echo 'error: noise' && false\"")
+    with pytest.raises(BuildFailed, match="mmstack build.sh: ERROR: CUDA variant has no arch list."):
+        build.run_build(recipe_dir=recipe_dir, variant_config=config, channel_dir=tmp_path / "channel",
+                        select={"flavor": "plain"}, extra_channels=[], work_dir=tmp_path)
+
+
+def test_an_override_of_a_zipped_key_is_repeated_down_its_group(tmp_path):
+    config = tmp_path / "cbc.yaml"
+    config.write_text("cuda:\n  - None\n  - '12.9'\ncc:\n  - '13'\n  - '14'\nzip_keys:\n  - [cuda, cc]\n")
+    merged = build.load_variant_config(config, {"cc": "12", "python": "3.11"})
+    assert merged["cc"] == ["12", "12"] and merged["python"] == ["3.11"]
+    with pytest.raises(BadInput, match="zip group"):
+        build.load_variant_config(config, {"cc": ["12", "13", "14"]})

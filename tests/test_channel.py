@@ -55,6 +55,7 @@ def test_add_packages_moves_and_indexes_without_leftovers(tmp_path):
     assert [p.parent.name for p in landed] == ["noarch", "linux-64"]
     assert not noarch.exists() and not linux.exists()
     assert _names(ch) == {"alpha"} and _names(ch, "linux-64") == {"beta"}
+    assert all(p.stat().st_mode & 0o444 == 0o444 for p in landed), "readable by everyone who reads the channel"
     leftovers = [p.name for p in ch.rglob("*") if p.name.startswith(".") and p.name != channel.LOCK_FILE]
     assert leftovers == []
 
@@ -102,3 +103,16 @@ def test_install_of_a_missing_package_is_one_line(tmp_path):
     with pytest.raises(BuildFailed, match="cannot install nothing-here") as err:
         channel.install(["nothing-here"], [ch], tmp_path / "env", virtual_packages=[])
     assert "\n" not in err.value.one_line()
+
+
+def test_a_rebuilt_package_with_the_same_name_gets_a_fresh_record(tmp_path):
+    import hashlib
+
+    ch = tmp_path / "channel"
+    first = _package(tmp_path / "one", "delta")
+    channel.add_packages(ch, [first])
+    second = _package(tmp_path / "two", "delta", depends=["leaf"])  # same file name, other content
+    (landed,) = channel.add_packages(ch, [second])
+    record = json.loads((ch / "noarch" / "repodata.json").read_text())["packages.conda"][landed.name]
+    assert record["sha256"] == hashlib.sha256(landed.read_bytes()).hexdigest()
+    assert record["depends"] == ["leaf"]

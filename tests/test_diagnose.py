@@ -13,7 +13,10 @@ H100 = {"gpu": "NVIDIA H100 80GB HBM3", "cc": "9.0", "sm": "sm_90", "install": "
 # One real-looking failure per rule: (text, context, rule, words the cause+fix must contain)
 EXAMPLES = [
     ("level=L3\nstep=get_compiler_version signal=SIGSEGV\nFatal Python error: Segmentation fault", H100,
-     "compiler-abi-segfault", ["SIGSEGV", "get_compiler_version", "torch 2.5.1", "_GLIBCXX_USE_CXX11_ABI=True", "h100"]),
+     "compiler-abi-segfault", ["SIGSEGV", "get_compiler_version", "torch 2.5.1", "_GLIBCXX_USE_CXX11_ABI=True", "h100",
+                              "shared libstdc++"]),
+    ("level=L3\nstep=get_compiler_version signal=SIGSEGV\nmmcv's _ext links libstdc++ statically", H100,
+     "static-libstdcxx", ["static copy of libstdc++", "SIGSEGV in get_compiler_version", "readelf -d", "h100"]),
     ("level=L4\nstep=roi_align\nroi_align: RuntimeError: CUDA error: no kernel image is available for execution on the device",
      H100, "no-kernel-image", ["sm_90", "9.0", "pixi run -e h100", "TORCH_CUDA_ARCH_LIST"]),
     ("level=L2\ndriver version is insufficient: driver 470.57.02 is too old", H100, "driver-too-old",

@@ -25,7 +25,8 @@ def fp(**kw) -> dict:
         "gpus": [dict(H100)],
         "driver": "575.51.03",
         "torch": {"torch_version": "2.5.1", "torch_cuda": "12.4", "cudnn": 90100},
-        "mmcv": {"version": "2.2.0", "ext_archs": {"sass": ["8.0", "8.6", "8.9", "9.0"], "ptx": ["9.0"]}},
+        "mmcv": {"version": "2.2.0", "ext_archs": {"sass": ["8.0", "8.6", "8.9", "9.0"], "ptx": ["9.0"]},
+                 "libstdcxx": "shared"},
         "nvcc": {"path": "/env/bin/nvcc", "version": "12.4"},
         "gcc": {"path": "/env/bin/g++", "version": "13.2.0"},
         "env": {"LD_LIBRARY_PATH": None, "CONDA_PREFIX": "/env"},
@@ -54,6 +55,7 @@ def test_healthy_machine_has_no_findings():
         ({"gpus": [{**H100, "name": "Tesla T4", "compute_capability": "7.5"}], "mmcv": {"ext_archs": None}}, "WARN",
          ["no mmstack environment serves Tesla T4"]),
         ({"env": {"LD_LIBRARY_PATH": "/usr/local/cuda/lib64", "CONDA_PREFIX": "/env"}}, "WARN", ["/usr/local/cuda/lib64"]),
+        ({"mmcv": {"libstdcxx": "static"}}, "FAIL", ["static libstdc++", "readelf -d"]),
         ({"crash": {"diagnosis_text": "level=doctor\nstep=import mmcv signal=SIGSEGV"}}, "FAIL", ["SIGSEGV", "import mmcv"]),
     ],
 )

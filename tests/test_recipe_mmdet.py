@@ -19,7 +19,13 @@ PATCH = RECIPE_DIR / "patches" / "0001-admit-mmcv-2.2.patch"
 
 @pytest.fixture(scope="module")
 def rendered() -> dict:
-    from rattler_build import JinjaConfig, PlatformConfig, RenderConfig, Stage0Recipe, VariantConfig
+    from rattler_build import (
+        JinjaConfig,
+        PlatformConfig,
+        RenderConfig,
+        Stage0Recipe,
+        VariantConfig,
+    )
 
     platform = PlatformConfig(target_platform="linux-64")
     recipe = Stage0Recipe.from_file(RECIPE_DIR / "recipe.yaml")
@@ -91,8 +97,10 @@ def test_recipe_tests_import_mmdet_check_configs_and_run_l5(rendered):
     imports = next(t["python"]["imports"] for t in tests if "python" in t)
     assert {"mmdet", "mmdet.models"} <= set(imports)
     files = next(t["package_contents"]["files"] for t in tests if "package_contents" in t)
-    assert any(f.endswith("dcnv2/faster-rcnn_r50-mdconv-c3-c5_fpn_1x_coco.py") or
-               f.endswith("dcn/faster-rcnn_r50-dconv-c3-c5_fpn_1x_coco.py") for f in files)
+    for config in ("faster_rcnn/faster-rcnn_r50_fpn_1x_coco.py",
+                   "dcn/faster-rcnn_r50-dconv-c3-c5_fpn_1x_coco.py",
+                   "dcnv2/faster-rcnn_r50-mdconv-c3-c5_fpn_1x_coco.py"):
+        assert any(f.endswith(config) for f in files), config
     scripts = [t["script"] for t in tests if "script" in t]
     assert any("mmstack.train_detector" in s for s in scripts)
 
@@ -125,7 +133,6 @@ MMDET_SDIST_SHA256 = "fe8cc2685d60a2a4f2530a4e92aa6269fe45af93265303a31bf4ea463e
 def _mmdet_sdist(cache_root: Path) -> Path:
     """The sdist, checked against the recipe's sha256, downloaded once into the test cache."""
     import hashlib
-    import shutil
     import urllib.request
 
     cached = cache_root / "sdist" / "mmdet-3.3.0.tar.gz"
@@ -134,8 +141,8 @@ def _mmdet_sdist(cache_root: Path) -> Path:
     cached.parent.mkdir(parents=True, exist_ok=True)
     partial = cached.with_suffix(".partial")
     try:
-        with urllib.request.urlopen(MMDET_SDIST_URL, timeout=120) as resp, open(partial, "wb") as fh:
-            shutil.copyfileobj(resp, fh)
+        with urllib.request.urlopen(MMDET_SDIST_URL, timeout=120) as resp:
+            partial.write_bytes(resp.read())
     except OSError as exc:
         pytest.skip(f"PyPI unreachable for the mmdet sdist: {exc}")
     assert hashlib.sha256(partial.read_bytes()).hexdigest() == MMDET_SDIST_SHA256
@@ -155,9 +162,14 @@ def test_recipe_builds_without_pytorch_and_carries_the_patch_and_configs(tmp_pat
     import shutil
     import subprocess
 
-    from rattler_build import (JinjaConfig, PlatformConfig, RenderConfig, Stage0Recipe,
-                               ToolConfiguration, VariantConfig)
-
+    from rattler_build import (
+        JinjaConfig,
+        PlatformConfig,
+        RenderConfig,
+        Stage0Recipe,
+        ToolConfiguration,
+        VariantConfig,
+    )
     from support import bootstrap
 
     try:

@@ -85,7 +85,7 @@ def test_synthetic_batch_is_fixed_and_boxes_lie_inside_the_image():
     pytest.importorskip("torch")
     a = td.synthetic_batch(image_size=96, batch_size=2, num_classes=3, seed=0)
     b = td.synthetic_batch(image_size=96, batch_size=2, num_classes=3, seed=0)
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=True):
         assert x["image"].equal(y["image"]) and x["boxes"].equal(y["boxes"])
         assert x["image"].shape == (3, 96, 96) and str(x["image"].dtype) == "torch.uint8"
         boxes = x["boxes"]
@@ -134,7 +134,8 @@ def test_l5_step_trains_deformable_faster_rcnn_on_cpu():
     assert result["amp"] is False and "needs CUDA" in result["amp_note"]
     assert len(result["losses"]) == 3 and all(math.isfinite(x) for x in result["losses"])
     assert result["losses"][-1] < result["losses"][0]
-    assert {"loss_rpn_cls", "loss_rpn_bbox", "loss_cls", "loss_bbox"} <= set(result["loss_parts"][0])
+    named = {"loss_rpn_cls", "loss_rpn_bbox", "loss_cls", "loss_bbox"}
+    assert named <= set(result["loss_parts"][0])
     assert result["iters_per_s"] > 0
     assert result["image_size"] == td.CPU_IMAGE_SIZE
     json.dumps(result)  # the ladder's child sends it back as JSON
@@ -143,29 +144,29 @@ def test_l5_step_trains_deformable_faster_rcnn_on_cpu():
 @needs_stack
 @pytest.mark.slow
 def test_l5_cli_json_for_the_plain_detector():
-    """`python -m mmstack.train_detector --json`: one JSON object on stdout, exit 0."""
+    """`python -m mmstack.train_detector --json`: one JSON object on stdout, exit 0.
+
+    64 px, one image and 2 iterations keep it short; the hook test above runs the CPU default.
+    """
     proc = subprocess.run(
         [
-            sys.executable, "-m", "mmstack.train_detector",
-            "--model", "faster-rcnn", "--device", "cpu", "--iters", "3", "--json",
+            sys.executable, "-m", "mmstack.train_detector", "--model", "faster-rcnn",
+            "--device", "cpu", "--iters", "2", "--image-size", "64", "--batch-size", "1", "--json",
         ],
-        capture_output=True, text=True, timeout=300,
+        check=False, capture_output=True, text=True, timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout)
     assert report["passed"] and report["error"] is None
     (result,) = report["results"]
     assert result["model"] == "faster-rcnn" and result["deformable_ops"] == []
+    assert (result["image_size"], result["batch_size"]) == (64, 1)
     assert result["passed"], result["reason"]
 
 
 @needs_stack
-def test_cli_unknown_model_exits_2():
-    proc = subprocess.run(
-        [sys.executable, "-m", "mmstack.train_detector", "--model", "nope", "--device", "cpu",
-         "--json"],
-        capture_output=True, text=True, timeout=120,
-    )
-    assert proc.returncode == 2
-    report = json.loads(proc.stdout)
+def test_cli_unknown_model_exits_2_with_json(capsys):
+    assert td.main(["--model", "nope", "--device", "cpu", "--json"]) == 2
+    report = json.loads(capsys.readouterr().out)
+    assert report["passed"] is False and report["results"] == []
     assert "unknown detector 'nope'" in report["error"]

@@ -49,8 +49,9 @@ class BuiltPackage:
 def load_variant_config(path: str | os.PathLike[str], overrides: Mapping[str, object] | None = None):
     """conda_build_config.yaml (selectors and all) as rattler-build reads it, plus overrides.
 
-    An override replaces a key's values (a str is one value); zip_keys stay as the file has them,
-    so override unzipped keys (python, pytorch) or every key of a zip group at once.
+    An override replaces a key's values (a str is one value). zip_keys stay as the file has them:
+    one value for a zipped key (c_compiler_version zipped with cuda_compiler_version, say) is
+    repeated down the whole group; a list must then have the group's length.
     """
     from rattler_build import JinjaConfig, PlatformConfig, VariantConfig
 
@@ -64,6 +65,14 @@ def load_variant_config(path: str | os.PathLike[str], overrides: Mapping[str, ob
         raise BadInput(f"cannot read variant config: {_first_line(exc)}", source=str(path), fix="fix the YAML") from None
     if overrides:
         values = {k: [str(v)] if isinstance(v, (str, int, float)) else [str(x) for x in v] for k, v in overrides.items()}
+        for group in config.zip_keys or []:
+            length = len(config[group[0]])
+            for key in set(group) & set(values):
+                if len(values[key]) == 1:
+                    values[key] *= length
+                elif len(values[key]) != length:
+                    raise BadInput(f"override {key}={values[key]} has {len(values[key])} values, its zip group {length}",
+                                   source=str(path), fix="give one value or one per row of the zip group")
         config = config.merge(VariantConfig(values))
     return config
 
@@ -248,10 +257,16 @@ def _build_failed(name: str, exc: Exception, log_dir: Path) -> BuildFailed:
     summary = text.strip().splitlines()[0].removeprefix("PyRattlerBuildError: ") if text.strip() else type(exc).__name__
     # the script's own last error line, before rattler-build's "Script failed with status N"
     cut = next((i for i, line in enumerate(log) if line.startswith("Script failed with status")), len(log))
-    errors = [line.strip() for line in log[:cut] if _ERROR_LINE.search(line)]
+    before = log[:cut]
+    # build.sh's own `die` message ("mmstack build.sh: ERROR: ...") says what to edit: prefer it
+    stated = [line.strip() for line in before if "ERROR:" in line]
+    errors = stated or [line.strip() for line in before if _ERROR_LINE.search(line)]
     detail = f"{summary}: {errors[-1][:300]}" if errors else summary
     where = f"the full log is {log_file}" if log_file else "rerun with keep_build=True and read the build log"
     return BuildFailed(f"{name}: {detail}", fix=f"{where}; the build tree is kept with --keep-build")
+
+
+_TEST_LOG = re.compile(r"(?i)tests? passed|test failed|Running .*test|Testing ")
 
 
 class _Callback:
@@ -264,8 +279,9 @@ class _Callback:
         self._say(f"{event.step_name}: {event.message}")
 
     def on_log(self, event) -> None:
-        if event.level in ("warn", "error"):
-            self._say(f"{event.level}: {event.message}")
+        message = str(event.message).strip()
+        if message and (event.level in ("warn", "error") or _TEST_LOG.search(message)):
+            self._say(f"{event.level}: {message}" if event.level != "info" else message)
 
     def on_download_start(self, event) -> None:
         self._say(f"downloading {event.url}")

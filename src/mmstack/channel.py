@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import json
 import os
 import re
 import shutil
@@ -77,6 +78,7 @@ def add_packages(channel: str | os.PathLike[str], packages: Iterable[str | os.Pa
                 dest.parent.mkdir(exist_ok=True)
                 tmp = dest.with_name(f".{pkg.name}.partial-{os.getpid()}")
                 shutil.move(os.fspath(pkg), tmp)  # a copy when crossing filesystems
+                tmp.chmod(0o644)  # rattler-build writes 0600; a channel is read by others (conda, HTTP)
                 staged.append((tmp, dest))
         except BaseException:
             for tmp, _ in staged:
@@ -84,7 +86,7 @@ def add_packages(channel: str | os.PathLike[str], packages: Iterable[str | os.Pa
             raise
         for tmp, dest in staged:
             os.replace(tmp, dest)
-        _index_locked(channel)
+        _index_locked(channel, replaced=[dest.name for _, dest in staged])
     return [dest for _, dest in staged]
 
 
@@ -138,7 +140,13 @@ def _locked(channel: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def _index_locked(channel: Path) -> None:
+def _index_locked(channel: Path, *, replaced: Iterable[str] | None = None) -> None:
+    """Index a shadow of the channel, then rename its repodata over the live files.
+
+    With `replaced` (the file names add_packages just wrote), indexing is incremental: the live
+    repodata seeds the shadow minus those names, so only new packages are read. Without it every
+    package is read again (`mmstack channel index`).
+    """
     from rattler.index import index_fs
 
     shadow = channel / f".index-{os.getpid()}"
@@ -151,13 +159,28 @@ def _index_locked(channel: Path) -> None:
             for pkg in sub.iterdir():
                 if pkg.name.endswith(_PACKAGE_SUFFIXES) and not pkg.name.startswith("."):
                     _link(pkg, shadow / sub.name / pkg.name)
-        asyncio.run(index_fs(shadow, write_zst=False, write_shards=False, force=True))
+            if replaced is not None:
+                _seed(sub / "repodata.json", shadow / sub.name / "repodata.json", drop=set(replaced))
+        asyncio.run(index_fs(shadow, write_zst=False, write_shards=False, force=replaced is None))
         for sub in subdirs:
             for produced in (shadow / sub.name).iterdir():
                 if produced.is_file() and not produced.name.endswith(_PACKAGE_SUFFIXES):
                     os.replace(produced, sub / produced.name)
     finally:
         shutil.rmtree(shadow, ignore_errors=True)
+
+
+def _seed(live: Path, dest: Path, *, drop: set[str]) -> None:
+    if not live.is_file():
+        return
+    try:
+        data = json.loads(live.read_text())
+    except ValueError:  # unreadable: a full index of this subdir follows
+        return
+    for key in ("packages", "packages.conda"):
+        for name in drop & set(data.get(key, {})):
+            del data[key][name]
+    dest.write_text(json.dumps(data))
 
 
 def _link(src: Path, dest: Path) -> None:

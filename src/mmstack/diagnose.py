@@ -60,13 +60,21 @@ class Rule:
 # Order matters: specific before general.
 RULES: tuple[Rule, ...] = (
     Rule(
+        "static-libstdcxx",
+        r"links libstdc\+\+ statically",
+        "mmcv's _ext carries its own static copy of libstdc++ while torch uses the shared libstdc++.so.6:"
+        " two C++ runtimes in one process crash ({signal} in {step}) at the first std::ostringstream",
+        "rebuild mmcv with a g++ that links libstdc++ dynamically (conda-forge's gxx, or a g++ whose"
+        " `-print-file-name=libstdc++.so` exists; `readelf -d _ext*.so` must list libstdc++.so.6),"
+        " or install the mmcv build made for this torch ({install})",
+    ),
+    Rule(
         "compiler-abi-segfault",
         r"step=(get_compiler_version|get_compiling_cuda_version|collect_env)\s+signal=SIG(SEGV|BUS|ABRT|ILL)",
-        "mmcv's _ext crashed ({signal}) in {step}: the ext was compiled with a different compiler or C++ ABI"
-        " than the torch {torch_version} (a std::string crosses the boundary; the known H200 crash of a plain"
-        " pip build of mmcv 2.2.0)",
-        "install the mmcv build made for this torch ({install}), or rebuild mmcv with torch's compiler and"
-        " _GLIBCXX_USE_CXX11_ABI={cxx11_abi}",
+        "mmcv's _ext crashed ({signal}) in {step}, its first std::string/ostringstream: the ext and the torch"
+        " {torch_version} disagree on the C++ runtime (compiler, C++ ABI or libstdc++)",
+        "install the mmcv build made for this torch ({install}), or rebuild mmcv with torch's compiler,"
+        " _GLIBCXX_USE_CXX11_ABI={cxx11_abi} and a shared libstdc++",
     ),
     Rule(
         "no-kernel-image",

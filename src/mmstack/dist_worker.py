@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import hashlib
+import inspect
 import json
 import os
 import sys
@@ -76,8 +77,9 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def probe_devices() -> dict[str, Any]:
-    """CUDA devices and the peer-to-peer matrix (`torch.cuda.can_device_access_peer` for each pair)."""
+def probe_devices(*, p2p: bool = True) -> dict[str, Any]:
+    """CUDA devices and the peer-to-peer matrix (`torch.cuda.can_device_access_peer` for each pair;
+    only rank 0 asks, the answer is the same for every rank)."""
     import torch
 
     info: dict[str, Any] = {
@@ -95,10 +97,11 @@ def probe_devices() -> dict[str, Any]:
         except Exception as exc:  # noqa: BLE001 - evidence, not control flow
             info["nccl"] = f"unknown ({_short(exc)})"
     # p2p[i][j]: can GPU i read/write GPU j's memory directly (NVLink or PCIe P2P); None on the diagonal.
-    p2p = [[None if i == j else bool(torch.cuda.can_device_access_peer(i, j)) for j in range(n)]
-           for i in range(n)]
-    info["p2p"] = p2p
-    info["p2p_blocked"] = [f"{i}->{j}" for i in range(n) for j in range(n) if p2p[i][j] is False]
+    if p2p:
+        matrix = [[None if i == j else bool(torch.cuda.can_device_access_peer(i, j)) for j in range(n)]
+                  for i in range(n)]
+        info["p2p"] = matrix
+        info["p2p_blocked"] = [f"{i}->{j}" for i in range(n) for j in range(n) if matrix[i][j] is False]
     return info
 
 
@@ -124,9 +127,13 @@ def _syncbn_for(device: Any) -> tuple[Any, str, dict[str, str]]:
     """
     import torch
     from mmcv.cnn import build_norm_layer
+    from mmcv.ops import SyncBatchNorm  # importing mmcv.ops is what registers "MMSyncBN"
 
     def mmcv_bn(c: int) -> Any:
-        return build_norm_layer(dict(type="MMSyncBN"), c)[1]
+        layer = build_norm_layer(dict(type="MMSyncBN"), c)[1]
+        if not isinstance(layer, SyncBatchNorm):
+            raise TypeError(f"'MMSyncBN' built {type(layer).__name__}, not mmcv.ops.SyncBatchNorm")
+        return layer
 
     if device.type == "cuda":
         return mmcv_bn, "mmcv", {}
@@ -185,7 +192,7 @@ def train(*, steps: int, out: Path, pg_timeout: float) -> None:
     fault = os.environ.get(FAULT_ENV, "")
     fault_rank = world - 1
 
-    probe = probe_devices()
+    probe = probe_devices(p2p=rank == 0)
     if rank == 0:  # early, so that a later hang or crash still leaves the device evidence
         _write_json(out.with_name(out.name + ".probe.json"), probe)
     backend = _choose_backend(world, probe)
@@ -196,13 +203,9 @@ def train(*, steps: int, out: Path, pg_timeout: float) -> None:
     else:
         device = torch.device("cpu")
     kwargs: dict[str, Any] = {"timeout": datetime.timedelta(seconds=pg_timeout)}
-    if backend == "nccl":
-        kwargs["device_id"] = device  # eager NCCL init: transport failures surface here, not mid-step
-    try:
-        dist.init_process_group(backend, **kwargs)
-    except TypeError:  # torch < 2.3 has no device_id
-        kwargs.pop("device_id", None)
-        dist.init_process_group(backend, **kwargs)
+    if backend == "nccl" and "device_id" in inspect.signature(dist.init_process_group).parameters:
+        kwargs["device_id"] = device  # torch >= 2.3: eager NCCL init, transport failures surface here
+    dist.init_process_group(backend, **kwargs)
     mark("init_process_group")
     try:
         if fault == "nccl" and rank == fault_rank:

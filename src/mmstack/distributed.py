@@ -137,6 +137,7 @@ def run_distributed_step(
     timeout: float = 180,
     python: str = sys.executable,
     env: Mapping[str, str] | None = None,
+    pg_timeout: float | None = None,
 ) -> dict[str, Any]:
     """Run the L5 step with `nproc` ranks under `python`, all within `timeout` seconds.
 
@@ -144,7 +145,8 @@ def run_distributed_step(
     step, reported by rank 0), params_agree, syncbn: "mmcv" | "torch" | "skipped: <why>", wall_s,
     diagnosis, fix, rule (the diagnosis rule's id), summary (one line for a table), evidence}.
     `env` is the whole environment for torchrun (default: ours); the multicast-off variables are
-    set over it. Never raises for a failed run; BadInput for bad arguments.
+    set over it. `pg_timeout` is how long one collective may wait (default: timeout / 2). Never
+    raises for a failed run; BadInput for bad arguments.
     """
     if nproc < 1:
         raise BadInput(f"--nproc {nproc}: expected 1 or more processes", fix="pass --nproc 1 or more")
@@ -156,7 +158,7 @@ def run_distributed_step(
         out = Path(tmp) / "result.json"
         # The process group gives up well before we do, so a stuck collective reports itself as an
         # NCCL/gloo timeout naming the rank and the operation instead of ending in a silent kill.
-        pg_timeout = max(5.0, timeout / 2)
+        pg_timeout = pg_timeout or max(5.0, timeout / 2)
         cmd = torchrun_cmd(python=python, nproc=nproc, steps=steps, out=out, pg_timeout=pg_timeout)
         # cwd: an empty directory, so a checkout's ./torch or ./mmcv cannot shadow the installed ones.
         output, rc, timed_out = _launch(cmd, launch_env(env), timeout, cwd=tmp)

@@ -121,7 +121,7 @@ def _os_release() -> str:
 
 
 def fingerprint(*, python: str | None = None, timeout: float = 120.0) -> dict:
-    from .ladder import _ext_listing, run_child
+    from .ladder import _ext_listing, libstdcxx_linkage, run_child
 
     gpus, source, notes = detect_gpus()
     child = run_child("doctor", python=python or sys.executable, timeout=timeout)
@@ -138,7 +138,8 @@ def fingerprint(*, python: str | None = None, timeout: float = 120.0) -> dict:
         "torch": {k: py.get(k) for k in ("torch_version", "torch_cuda", "cudnn", "cxx11_abi", "cuda_available",
                                          "devices", "torch_arch_list", "torch_error")},
         "mmcv": {"version": py.get("mmcv_version"), "file": py.get("mmcv_file"), "error": py.get("mmcv_error"),
-                 "ext_archs": _ext_listing(py.get("ext_path")) if py.get("ext_path") else None},
+                 "ext_archs": _ext_listing(py.get("ext_path")) if py.get("ext_path") else None,
+                 "libstdcxx": libstdcxx_linkage(py.get("ext_path"))},
         "crash": py.get("crash"),
         "nvcc": _nvcc(),
         "gcc": _gcc(),
@@ -220,6 +221,11 @@ def findings(fp: dict, facts: Facts) -> list[Finding]:
                     out.append(Finding("FAIL", msg, f"install the mmcv build for it ({hint})"))
                 elif cov.coverage is Coverage.PTX_JIT:
                     out.append(Finding("WARN", msg + ": slow first start", f"install native SASS ({hint})"))
+    if mmcv.get("libstdcxx") == "static":
+        out.append(Finding("FAIL", "mmcv's _ext carries its own static libstdc++ beside torch's shared one: two C++"
+                           " runtimes in one process (get_compiler_version segfaults)",
+                           "rebuild mmcv with a g++ that links libstdc++ dynamically (`readelf -d` must list"
+                           f" libstdc++.so.6), or install the mmstack build ({install})"))
     ld = (fp.get("env") or {}).get("LD_LIBRARY_PATH") or ""
     shadow = [d for d in ld.split(":") if d and re.search(r"cuda|cudnn|nvidia", d, re.I)]
     if shadow and (fp.get("env") or {}).get("CONDA_PREFIX"):

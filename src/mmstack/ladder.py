@@ -218,10 +218,11 @@ class _Ladder:
             self.context["sm"] = f"sm_{major}{minor}"
         _facts_context(self.context)
 
-    def failed(self, level: str, runs: list[ChildRun], evidence: dict, seconds: float) -> LevelResult:
+    def failed(self, level: str, runs: list[ChildRun], evidence: dict, seconds: float,
+               facts: tuple[str, ...] = ()) -> LevelResult:
         bad = next(r for r in runs if not r.ok)
         context = {**self.context, "step": bad.step, "signal": bad.signal}
-        diag = diagnose(bad.failure_text(level, self.timeout), context)
+        diag = diagnose("\n".join([bad.failure_text(level, self.timeout), *facts]), context)
         reason = _reason(bad)
         return LevelResult(level, "FAIL", seconds, evidence, reason, diag)
 
@@ -263,11 +264,18 @@ class _Ladder:
         if not info.ok:
             ev["info"].update(info.failure())
         seconds = max(load.seconds, info.seconds)
+        linkage = libstdcxx_linkage(ev["load"].get("ext_path"))
+        if linkage:
+            ev["load"]["libstdcxx"] = linkage
+        static = linkage == "static"
         if load.ok and info.ok:
             reason = f"{ev['load'].get('ops_count', '?')} ops; {ev['info'].get('compiler')}, CUDA {ev['info'].get('compiling_cuda')}"
+            if static:
+                reason += "; warning: the ext carries its own static libstdc++"
             return LevelResult("L3", "PASS", seconds, ev, reason)
         runs = [r for r in (load, info) if not r.ok]
-        result = self.failed("L3", runs, ev, seconds)
+        result = self.failed("L3", runs, ev, seconds,
+                             ("mmcv's _ext links libstdc++ statically",) if static else ())
         if len(runs) == 2:
             result.reason = "; ".join(dict.fromkeys(_reason(r) for r in runs))
         return result
@@ -319,6 +327,38 @@ def _facts_context(context: dict) -> None:
             context["driver_needed"] = driver_needed(facts, context["torch_cuda"])
     except Exception:  # noqa: BLE001 - context is best effort; the level's own result stands
         return
+
+
+def libstdcxx_linkage(path: str | None) -> str | None:
+    """How an ELF object gets libstdc++: "shared" (DT_NEEDED libstdc++.so.6), "static" (it defines
+    and exports libstdc++'s own std::locale internals), "none", or None when it cannot be read.
+
+    A static copy beside torch's shared libstdc++ puts two libstdc++ runtimes in one process: the
+    ext's inlined iostream/locale code meets the other copy's interposed data, and the first
+    std::ostringstream (mmcv's get_compiler_version) segfaults. Seen on an H200 machine whose
+    /opt/gcc g++ links libstdc++ statically.
+    """
+    if not path:
+        return None
+    try:
+        from elftools.elf.dynamic import DynamicSection
+        from elftools.elf.elffile import ELFFile
+        from elftools.elf.sections import SymbolTableSection
+
+        with open(path, "rb") as f:
+            elf = ELFFile(f)
+            needed, locale = [], False
+            for sec in elf.iter_sections():
+                if isinstance(sec, DynamicSection):
+                    needed += [t.needed for t in sec.iter_tags() if t.entry.d_tag == "DT_NEEDED"]
+                elif isinstance(sec, SymbolTableSection) and sec.name == ".dynsym":
+                    locale = any(sym.name.startswith(("_ZNSt6locale", "_ZNKSt6locale")) and sym["st_shndx"] != "SHN_UNDEF"
+                                 for sym in sec.iter_symbols())
+    except Exception:  # noqa: BLE001 - not ELF (a stand-in), unreadable, no pyelftools
+        return None
+    if any(n.startswith("libstdc++.so") for n in needed):
+        return "shared"
+    return "static" if locale else "none"
 
 
 def _ext_listing(ext_path: str | None) -> dict:

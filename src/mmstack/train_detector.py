@@ -20,7 +20,6 @@ import argparse
 import contextlib
 import json
 import math
-import os
 import sys
 import time
 from pathlib import Path
@@ -72,7 +71,7 @@ def _require_stack() -> dict[str, str]:
         raise DetectorStepUnavailable(f"torch does not import: {exc}") from exc
     try:
         import mmcv
-        import mmcv.ops  # noqa: F401  (loads mmcv._ext)
+        import mmcv.ops  # loads mmcv._ext
         from mmcv import _ext  # noqa: F401
     except ImportError as exc:
         raise DetectorStepUnavailable(
@@ -164,6 +163,17 @@ def _set_num_classes(node: Any, num_classes: int) -> None:
             _set_num_classes(value, num_classes)
 
 
+def _quiet_mmengine() -> None:
+    """Make a WARNING-level MMLogger the current one: init_weights logs every parameter at INFO."""
+    from mmengine.logging import MMLogger
+
+    name = "mmstack-l5"
+    if MMLogger.check_instance_created(name):
+        MMLogger.get_instance(name)  # makes it the current instance again
+    else:
+        MMLogger.get_instance(name, log_level="WARNING")
+
+
 def build_detector(model: str, *, num_classes: int = NUM_CLASSES, device: str = "cpu"):
     """Build mmdet's detector from its shipped config with random weights, on `device`."""
     from mmdet.registry import MODELS as MMDET_MODELS
@@ -171,8 +181,9 @@ def build_detector(model: str, *, num_classes: int = NUM_CLASSES, device: str = 
     from mmengine.config import Config
 
     register_all_modules(init_default_scope=True)
+    _quiet_mmengine()
     cfg = Config.fromfile(str(resolve_config(model)))
-    model_cfg = cfg.model.to_dict()
+    model_cfg = cfg.model  # a ConfigDict: mmdet reads train_cfg.rpn etc. as attributes
     _strip_pretrained(model_cfg)
     _set_num_classes(model_cfg, num_classes)
     detector = MMDET_MODELS.build(model_cfg)
@@ -373,7 +384,7 @@ def run_detector_step(
 
     def step() -> dict[str, float]:
         log_vars = detector.train_step(data, optim_wrapper)
-        return {k: float(v) for k, v in log_vars.items()}
+        return {k: float(v.detach() if hasattr(v, "detach") else v) for k, v in log_vars.items()}
 
     parts, elapsed = time_iterations(step, iters=iters, warmup=warmup, device=device)
     losses = [p["loss"] for p in parts]

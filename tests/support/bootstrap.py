@@ -179,6 +179,9 @@ def find_torch_wheel() -> Path:
 def index(channel: Path) -> None:
     from rattler.index import index_fs
 
+    for pkg in channel.glob("*/*.conda"):
+        pkg.chmod(0o644)  # assemble_package and rattler-build write 0600
+
     asyncio.run(index_fs(channel, write_zst=False, write_shards=False, force=True))
 
 
@@ -266,8 +269,7 @@ def build_python(channel: Path, recipes: Path, *, log: Log = print) -> None:
 
 def build_stubs(channel: Path, recipes: Path, *, gcc: str, gxx: str, log: Log = print) -> None:
     """`gcc_linux-64`, `gxx_linux-64` (activation -> system gcc/g++) and `sysroot_linux-64`."""
-    version = subprocess.run([gcc, "-dumpfullversion"], check=True, capture_output=True,
-                             text=True).stdout.strip()
+    version = system_gcc_version()
     recipe_dir = recipes / "stubs"
     recipe_dir.mkdir(parents=True)
     (recipe_dir / "recipe.yaml").write_text(_STUBS_RECIPE.format(
@@ -405,6 +407,12 @@ outputs:
 
 # ---------------------------------------------------------------------------------------------
 # helpers
+
+
+def system_gcc_version() -> str:
+    """The version the stub gcc_linux-64/gxx_linux-64 packages carry (this machine's gcc)."""
+    gcc, _ = _compilers()
+    return subprocess.run([gcc, "-dumpfullversion"], check=True, capture_output=True, text=True).stdout.strip()
 
 
 def _compilers() -> tuple[str, str]:
