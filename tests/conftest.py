@@ -13,8 +13,9 @@ import pytest
 def real_mmcv_python() -> str:
     """An interpreter whose mmcv has compiled ops.
 
-    MMSTACK_TEST_MMCV_PYTHON if set (e.g. a prefix installed from the recipe-built channel), else
-    this interpreter when `mmcv._ext` imports here, else the test is skipped with the reason.
+    MMSTACK_TEST_MMCV_PYTHON if set; else this interpreter when `mmcv._ext` imports here; else the
+    prefix that tests/test_build_e2e.py installed from the recipe-built channel (it runs first:
+    files are collected in name order); else the test is skipped with the reason.
     """
     exe = os.environ.get("MMSTACK_TEST_MMCV_PYTHON")
     if exe:
@@ -22,7 +23,13 @@ def real_mmcv_python() -> str:
             pytest.fail(f"MMSTACK_TEST_MMCV_PYTHON={exe!r} is not an executable interpreter")
         return exe
     probe = subprocess.run([sys.executable, "-c", "import torch, mmcv._ext"], capture_output=True, text=True, timeout=300)
-    if probe.returncode != 0:
-        last = (probe.stderr.strip().splitlines() or ["(no output)"])[-1]
-        pytest.skip(f"no mmcv with compiled ops here ({last}); set MMSTACK_TEST_MMCV_PYTHON to an interpreter that has one")
-    return sys.executable
+    if probe.returncode == 0:
+        return sys.executable
+    from support.bootstrap import PREFIX_POINTER
+
+    built = PREFIX_POINTER.read_text().strip() if PREFIX_POINTER.is_file() else ""
+    if built and os.access(built, os.X_OK):
+        return built
+    last = (probe.stderr.strip().splitlines() or ["(no output)"])[-1]
+    pytest.skip(f"no mmcv with compiled ops here ({last}) and no prefix from the e2e build "
+                f"({PREFIX_POINTER}); run tests/test_build_e2e.py or set MMSTACK_TEST_MMCV_PYTHON")

@@ -55,6 +55,7 @@ def _inputs_key(boot: Path) -> str:
     """Everything the built channel depends on: recipes, patches, build.sh, matrix, mmstack."""
     h = hashlib.sha256(boot.name.encode())
     files = [CONFIG, ROOT / "pyproject.toml", *sorted((ROOT / "recipes" / "mmcv").rglob("*")),
+             *sorted((ROOT / "recipes" / "mmdet").rglob("*")),
              *sorted((ROOT / "recipes" / "mmstack").rglob("*")), *sorted((ROOT / "src" / "mmstack").rglob("*.py")),
              *sorted((ROOT / "src" / "mmstack" / "data").rglob("*")), Path(build.__file__), Path(channel.__file__)]
     for f in files:
@@ -73,7 +74,7 @@ def _compiler_overrides() -> dict:
 
 @pytest.fixture(scope="module")
 def built_channel(bootstrap_channel: Path) -> dict:
-    """A channel holding mmstack (noarch) and mmcv (cpu, py311), built with tests; cached."""
+    """A channel holding mmstack and mmdet (noarch) and mmcv (cpu, py311), built with their tests; cached."""
     cache = bootstrap.CACHE_ROOT / f"mmcv-cpu-{_inputs_key(bootstrap_channel)}"
     summary_file = cache / "build-summary.json"
     if summary_file.is_file():
@@ -83,13 +84,13 @@ def built_channel(bootstrap_channel: Path) -> dict:
     work = Path(tempfile.mkdtemp(prefix=".tmp-mmcv-cpu-", dir=bootstrap.CACHE_ROOT))
     try:
         ch = work / "channel"  # the test's ./channel
-        recipe = offline.offline_recipe(ROOT / "recipes" / "mmcv", work / "recipes" / "mmcv",
-                                        url=offline.MMCV_SDIST_URL, local_file=offline.cached_sdist())
+        recipes = [offline.offline_recipe_for(name, ROOT / "recipes" / name, work / "recipes" / name)
+                   for name in ("mmcv", "mmdet")]
         started = time.monotonic()
-        # as `mmstack build --env cpu` does it (mmstack first: mmcv's tests run `mmstack verify`),
-        # for the one python the bootstrap channel has
+        # as `mmstack build --env cpu` does it (mmstack first: the others' tests run `mmstack verify`
+        # and `python -m mmstack.train_detector`), for the one python the bootstrap channel has
         built = build.run_stack_build(root=ROOT, channel_dir=ch, env="cpu", select={"python": "3.11"},
-                                      recipes=[ROOT / "recipes" / "mmstack", recipe], variant_config=CONFIG,
+                                      recipes=[ROOT / "recipes" / "mmstack", *recipes], variant_config=CONFIG,
                                       overrides=_compiler_overrides(), extra_channels=[bootstrap_channel],
                                       progress=_say, work_dir=work)
         summary = {
@@ -138,14 +139,27 @@ def _clean_env() -> dict:
 
 
 @pytest.fixture(scope="module")
-def installed_prefix(built_channel, bootstrap_channel, tmp_path_factory) -> Path:
-    """mmcv and mmstack installed from the channel into a fresh prefix with py-rattler."""
-    prefix = tmp_path_factory.mktemp("installed") / "env"
-    started = time.monotonic()
-    installed = channel.install(["mmcv", "mmstack", "python 3.11.*"], [built_channel["channel"], bootstrap_channel],
-                                prefix)
-    _say(f"installed {len(installed)} packages into a fresh prefix in {time.monotonic() - started:.0f}s")
+def installed_prefix(built_channel, bootstrap_channel) -> Path:
+    """mmcv, mmdet and mmstack installed from the channel into a fresh prefix with py-rattler.
+
+    Kept next to the cached channel, and named in bootstrap.PREFIX_POINTER, so the tests that need
+    a real mmcv (conftest.real_mmcv_python) run against the recipe's own build.
+    """
+    prefix = Path(built_channel["channel"]).with_name(Path(built_channel["channel"]).name + "-prefix")
+    marker = prefix / "conda-meta" / "mmstack-tests-installed.json"
+    if marker.is_file():
+        _say(f"reusing the installed prefix {prefix}")
+    else:
+        shutil.rmtree(prefix, ignore_errors=True)  # a half-finished install from an interrupted run
+        started = time.monotonic()
+        installed = channel.install(["mmcv", "mmdet", "mmstack", "python 3.11.*"],
+                                    [built_channel["channel"], bootstrap_channel], prefix)
+        _say(f"installed {len(installed)} packages into a fresh prefix in {time.monotonic() - started:.0f}s")
+        marker.write_text(json.dumps(installed, indent=1))
+    installed = json.loads(marker.read_text())
     assert any(r.startswith("mmcv=2.2.0=cpu_py311_h") for r in installed), installed
+    assert any(r.startswith("mmdet=3.3.0=mmcv22_pyh") for r in installed), installed
+    bootstrap.PREFIX_POINTER.write_text(str(prefix / "bin" / "python"))
     return prefix
 
 
@@ -173,3 +187,23 @@ def test_the_ladder_passes_in_the_installed_prefix(installed_prefix):
          f"{time.monotonic() - started:.0f}s")
     assert run.returncode == 0, (run.stdout[-3000:], run.stderr[-3000:])
     json.loads(run.stdout)  # machine-readable, as CI reads it
+
+
+def test_l5_trains_a_detector_and_two_ranks_in_the_installed_prefix(installed_prefix):
+    """`verify --levels L5 --model faster-rcnn --nproc 2`: the tiny step, mmdet's Faster R-CNN
+    (RoIAlign + nms from the recipe's _ext) and the same step on 2 gloo ranks, all on the CPU."""
+    started = time.monotonic()
+    run = subprocess.run([str(installed_prefix / "bin" / "mmstack"), "verify", "--levels", "L5",
+                          "--model", "faster-rcnn", "--nproc", "2", "--json"],
+                         capture_output=True, text=True, timeout=1800, env=_clean_env())
+    _say(f"mmstack verify --levels L5 --model faster-rcnn --nproc 2: rc {run.returncode}, "
+         f"{time.monotonic() - started:.0f}s")
+    assert run.returncode == 0, (run.stdout[-3000:], run.stderr[-3000:])
+    (l5,) = json.loads(run.stdout)["levels"]
+    assert l5["status"] == "PASS"
+    (det,) = l5["evidence"]["detectors"]["detectors"]
+    assert det["model"] == "faster-rcnn" and det["device"] == "cpu"
+    assert det["losses"][-1] < det["losses"][0]
+    dist = l5["evidence"]["distributed"]
+    assert dist["backend"] == "gloo" and dist["world_size"] == 2 and dist["params_agree"] is True
+    _say(f"L5 in the prefix: {l5['reason']}")

@@ -123,33 +123,6 @@ def test_meta_yaml_matches_recipe_yaml(rendered):
 
 # ---- the real build (slow: rattler-build, the PyPI sdist, the bootstrap channel) -------------
 
-MMDET_SDIST_URL = (
-    "https://files.pythonhosted.org/packages/5a/9e/c897d2fe3c3aa40fd83ea04c6103412cf0bd4db4bb20db4248f5c09673e7/"
-    "mmdet-3.3.0.tar.gz"
-)
-MMDET_SDIST_SHA256 = "fe8cc2685d60a2a4f2530a4e92aa6269fe45af93265303a31bf4ea463eb3164f"
-
-
-def _mmdet_sdist(cache_root: Path) -> Path:
-    """The sdist, checked against the recipe's sha256, downloaded once into the test cache."""
-    import hashlib
-    import urllib.request
-
-    cached = cache_root / "sdist" / "mmdet-3.3.0.tar.gz"
-    if cached.is_file() and hashlib.sha256(cached.read_bytes()).hexdigest() == MMDET_SDIST_SHA256:
-        return cached
-    cached.parent.mkdir(parents=True, exist_ok=True)
-    partial = cached.with_suffix(".partial")
-    try:
-        with urllib.request.urlopen(MMDET_SDIST_URL, timeout=120) as resp:
-            partial.write_bytes(resp.read())
-    except OSError as exc:
-        pytest.skip(f"PyPI unreachable for the mmdet sdist: {exc}")
-    assert hashlib.sha256(partial.read_bytes()).hexdigest() == MMDET_SDIST_SHA256
-    partial.rename(cached)
-    return cached
-
-
 @pytest.mark.slow
 def test_recipe_builds_without_pytorch_and_carries_the_patch_and_configs(tmp_path):
     """Build with rattler-build from the real sdist; host has python/pip/setuptools/wheel only.
@@ -170,20 +143,16 @@ def test_recipe_builds_without_pytorch_and_carries_the_patch_and_configs(tmp_pat
         ToolConfiguration,
         VariantConfig,
     )
-    from support import bootstrap
+    from support import bootstrap, offline
 
     try:
         boot = bootstrap.bootstrap_channel(log=lambda msg: None)
     except bootstrap.BootstrapUnavailable as exc:
         pytest.skip(f"no bootstrap channel on this machine: {exc}")
-    sdist = _mmdet_sdist(bootstrap.CACHE_ROOT)
-    recipe_dir = tmp_path / "mmdet"
-    shutil.copytree(RECIPE_DIR, recipe_dir, ignore=shutil.ignore_patterns("output"))
-    recipe_file = recipe_dir / "recipe.yaml"
-    templated = MMDET_SDIST_URL.replace("3.3.0.tar.gz", "${{ version }}.tar.gz")
-    text = recipe_file.read_text()
-    assert f"url: {templated}\n" in text
-    recipe_file.write_text(text.replace(f"url: {templated}\n", f"url: {sdist.as_uri()}\n"))
+    try:
+        recipe_file = offline.offline_recipe_for("mmdet", RECIPE_DIR, tmp_path / "mmdet") / "recipe.yaml"
+    except OSError as exc:
+        pytest.skip(f"PyPI unreachable for the mmdet sdist: {exc}")
 
     platform = PlatformConfig(target_platform="linux-64")
     (variant,) = Stage0Recipe.from_file(recipe_file).render(

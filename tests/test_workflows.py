@@ -190,11 +190,6 @@ def test_each_jobs_variant_overrides_select_exactly_its_variant(tmp_path, matrix
     from rattler_build import JinjaConfig, PlatformConfig, RenderConfig, Stage0Recipe, VariantConfig
 
     config = CONFIG
-    if "c_stdlib" not in CONFIG.read_text():
-        # The recipe's `stdlib('c')` needs c_stdlib to render (conda-forge pins it globally); the
-        # selection under test does not depend on it.
-        config = tmp_path / variants.CONFIG_FILE
-        config.write_text(CONFIG.read_text() + '\nc_stdlib:\n  - sysroot\nc_stdlib_version:\n  - "2.28"\n')
     platform = PlatformConfig(target_platform="linux-64")
     base = VariantConfig.from_conda_build_config(str(config), JinjaConfig(platform=platform))
     recipe = Stage0Recipe.from_file(ROOT / "recipes" / "mmcv" / "recipe.yaml")

@@ -498,6 +498,32 @@ def level_l5(out: _Out, opts: dict) -> None:
         out.error(f"loss did not fall: {losses[0]:.4g} -> {losses[-1]:.4g} in {steps} steps")
 
 
+def level_l5_detector(out: _Out, opts: dict) -> None:
+    """`verify --model`: mmdet detectors train a few steps through mmcv's ops (train_detector.py).
+
+    train_detector.py is loaded by path (mmstack itself need not be installed here); it imports
+    only the stdlib until called.
+    """
+    out.step("load train_detector.py")
+    spec = importlib.util.spec_from_file_location("_mmstack_train_detector", opts["module"])
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    import torch
+
+    dev = _device(opts)
+    on_gpu = dev.startswith("cuda")
+    runs = []
+    for model in opts["models"]:
+        out.step(f"train {model} on {dev}")
+        res = mod.run_detector_step(model=model, device=dev, amp=True,
+                                    iters=int(opts.get("iters") or (mod.GPU_ITERS if on_gpu else mod.CPU_ITERS)))
+        runs.append({k: res[k] for k in ("model", "device", "amp", "image_size", "batch_size", "losses",
+                                         "iters_per_s", "deformable_ops", "passed", "reason")})
+        out.evidence(detectors=runs, torch_version=torch.__version__)
+        if not res["passed"]:
+            out.error(f"{model}: {res['reason']}")
+
+
 def fingerprint(out: _Out, opts: dict) -> None:
     """What `mmstack doctor` needs from torch and mmcv; each part survives the other failing."""
     out.evidence(python=sys.executable, python_version=sys.version.split()[0], driver=_nvidia_driver())
@@ -528,7 +554,8 @@ def fingerprint(out: _Out, opts: dict) -> None:
         out.evidence(mmcv_error=_exc(exc))
 
 
-LEVELS = {"doctor": fingerprint, "L1": level_l1, "L2": level_l2, "L3": level_l3, "L3-info": level_l3_info, "L4": level_l4, "L5": level_l5}
+LEVELS = {"doctor": fingerprint, "L1": level_l1, "L2": level_l2, "L3": level_l3, "L3-info": level_l3_info, "L4": level_l4, "L5": level_l5,
+          "L5-detector": level_l5_detector}
 
 
 def main(argv: list[str]) -> int:

@@ -24,9 +24,9 @@ ALL = "all"  # env=ALL: every variant of the matrix
 DEFAULT_CHANNELS = ("conda-forge",)
 TARGET_PLATFORM = "linux-64"
 RECIPE_FILE = "recipe.yaml"
-# The recipes `mmstack build` builds, in order: mmcv's tests run `mmstack verify`, so the mmstack
-# package must be in the channel first.
-STACK = ("mmstack", "mmcv")
+# The recipes `mmstack build` builds, in order: mmcv's tests run `mmstack verify` and mmdet's
+# `python -m mmstack.train_detector` on the mmcv just built, so mmstack goes first, mmdet last.
+STACK = ("mmstack", "mmcv", "mmdet")
 # Variant keys that pick a build (the rest, like c_stdlib, are the same for every row).
 SELECT_KEYS = ("python", "pytorch", "cuda_compiler_version", "mmcv_arch_list", "arch_tag")
 Progress = Callable[[str], None]

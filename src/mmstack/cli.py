@@ -74,11 +74,14 @@ def verify(
     expect_gpu: bool = typer.Option(False, "--expect-gpu", help="No usable GPU is a FAIL, not a SKIP."),
     python: Optional[str] = typer.Option(None, "--python", help="Verify another environment's interpreter."),
     timeout: float = typer.Option(300.0, "--timeout", min=0.1, help="Seconds each level's process may take."),
+    model: Optional[str] = typer.Option(None, "--model", help="L5 also trains mmdet detectors: faster-rcnn, faster-rcnn-mdconv, faster-rcnn-dconv (comma-separated)."),
+    nproc: Optional[int] = typer.Option(None, "--nproc", help="L5 also runs the step under torchrun with N ranks (NCCL on N GPUs, else gloo)."),
 ) -> None:
     """The L1..L5 ladder (import, CUDA, ops load, ops run, train), each level in its own process."""
     from .commands.ladder_cmds import run_verify
 
-    raise typer.Exit(run_verify(levels=levels, as_json=json, expect_gpu=expect_gpu, python=python, timeout=timeout))
+    raise typer.Exit(run_verify(levels=levels, as_json=json, expect_gpu=expect_gpu, python=python, timeout=timeout,
+                                model=model, nproc=nproc))
 
 
 @app.command()
@@ -103,6 +106,37 @@ def detect(json: bool = JSON) -> None:
     from .commands.doctor_cmds import run_detect
 
     raise typer.Exit(run_detect(as_json=json))
+
+
+@app.command()
+def build(
+    env: Optional[str] = typer.Option(None, "--env", help="Build the variants this environment takes (see `matrix`)."),
+    all_: bool = typer.Option(False, "--all", help="Build every variant of the matrix."),
+    channel: Path = typer.Option(Path("channel"), "--channel", help="Local channel directory (created if missing)."),
+    recipe: Optional[list[str]] = typer.Option(None, "--recipe", help="Recipe name under recipes/ or a directory (repeatable; default: mmstack, mmcv)."),
+    source_channel: Optional[list[str]] = typer.Option(None, "--source-channel", help="Where dependencies come from (repeatable; default: conda-forge)."),
+    no_test: bool = typer.Option(False, "--no-test", help="Skip the recipes' test sections (L1-L4 in the sandbox)."),
+    root: Path = typer.Option(Path("."), "--root", help="Repository root (recipes/, conda_build_config.yaml)."),
+    json: bool = JSON,
+) -> None:
+    """Build the recipes into a local channel and index it (all or nothing per recipe)."""
+    from .commands.build_cmds import run_build_cmd
+
+    raise typer.Exit(run_build_cmd(root=root, channel=channel, env=env, build_all=all_, recipes=recipe,
+                                   extra_channels=source_channel, test=not no_test, as_json=json))
+
+
+channel_app = typer.Typer(no_args_is_help=True, help="Local conda channels.")
+app.add_typer(channel_app, name="channel")
+
+
+@channel_app.command("index")
+def channel_index(path: Path = typer.Argument(..., help="Channel directory (subdirs holding packages)."),
+                  json: bool = JSON) -> None:
+    """(Re)index a local channel atomically."""
+    from .commands.build_cmds import run_channel_index
+
+    raise typer.Exit(run_channel_index(path=path, as_json=json))
 
 
 ci_app = typer.Typer(no_args_is_help=True, help="CI workflows generated from the variant matrix.")

@@ -35,6 +35,7 @@ TITLES = {"L1": "import", "L2": "CUDA", "L3": "ops load", "L4": "ops run", "L5":
 NEEDS = {"L2": "L1", "L3": "L1", "L4": "L3", "L5": "L4"}
 DEFAULT_TIMEOUT = 300.0
 CHILD = Path(__file__).with_name("_ladder_child.py")
+DETECTOR_MODULE = Path(__file__).with_name("train_detector.py")  # run by path in the child, like CHILD
 # Run the child by path so the interpreter under test needs no mmstack; drop argv[0].
 _BOOT = "import runpy,sys; p=sys.argv[1]; sys.argv=sys.argv[1:]; runpy.run_path(p, run_name='__main__')"
 _TAIL_LINES = 25
@@ -199,8 +200,10 @@ class LadderResult:
 
 
 class _Ladder:
-    def __init__(self, *, python: str, timeout: float, expect_gpu: bool, env: dict | None):
+    def __init__(self, *, python: str, timeout: float, expect_gpu: bool, env: dict | None,
+                 models: tuple[str, ...] = (), nproc: int | None = None):
         self.python, self.timeout, self.expect_gpu, self.env = python, timeout, expect_gpu, env
+        self.models, self.nproc = models, nproc
         self.context: dict = {"python": python, "timeout": timeout}
 
     def child(self, mode: str, opts: dict | None = None) -> ChildRun:
@@ -297,6 +300,42 @@ class _Ladder:
             losses = ev.get("losses") or [0, 0]
             reason = f"loss {losses[0]:.4g} -> {losses[-1]:.4g} in {len(losses)} steps on {ev.get('device')}"
         return LevelResult(level, "PASS", run.seconds, ev, reason)
+
+
+    def l5(self) -> LevelResult:
+        """The tiny DeformConv2d + RoIAlign step; then, when asked, mmdet detectors (--model) and
+        the same step under torchrun with N ranks (--nproc). PASS only if every part passes."""
+        base = self.simple("L5")
+        if not (self.models or self.nproc):
+            return base
+        parts, evidence, seconds = [base], {"tiny": base.evidence}, base.seconds
+        if self.models:
+            run = self.child("L5-detector", {"module": str(DETECTOR_MODULE), "models": list(self.models)})
+            ev = dict(run.evidence)
+            if run.ok:
+                part = LevelResult("L5", "PASS", run.seconds, ev, "; ".join(
+                    f"{d['model']} loss {d['losses'][0]:.4g} -> {d['losses'][-1]:.4g} in {len(d['losses'])} steps"
+                    f" ({d['iters_per_s']:.3g} it/s)" for d in ev.get("detectors", [])))
+            else:
+                ev.update(run.failure())
+                part = self.failed("L5", [run], ev, run.seconds)
+            parts.append(part)
+            evidence["detectors"] = ev
+            seconds += run.seconds
+        if self.nproc:
+            from .distributed import run_distributed_step
+
+            res = run_distributed_step(nproc=self.nproc, python=self.python, timeout=self.timeout, env=self.env)
+            diag = (Diagnosis(rule=res["rule"] or "distributed", cause=res["diagnosis"], fix=res["fix"] or "")
+                    if res["status"] != "PASS" and res["diagnosis"] else None)
+            parts.append(LevelResult("L5", res["status"], res["wall_s"] or 0.0, res, res["summary"], diag))
+            evidence["distributed"] = res
+            seconds += res["wall_s"] or 0.0
+        failed = [p for p in parts if p.status == "FAIL"]
+        status = "FAIL" if failed else "PASS"
+        reason = " | ".join(p.reason or "" for p in parts)
+        diag = next((p.diagnosis for p in failed if p.diagnosis), None)
+        return LevelResult("L5", status, round(seconds, 3), evidence, reason, diag)
 
 
 def _reason(run: ChildRun) -> str:
@@ -447,11 +486,21 @@ def decide_cuda(ev: dict, listing: dict, *, expect_gpu: bool) -> tuple[str, str,
 
 
 def run_ladder(*, levels=LEVELS, python: str | None = None, timeout: float = DEFAULT_TIMEOUT,
-               expect_gpu: bool = False, env: dict | None = None) -> LadderResult:
-    """Run the requested levels; a level whose prerequisite (when requested) did not pass is NOT RUN."""
+               expect_gpu: bool = False, env: dict | None = None, models: tuple[str, ...] = (),
+               nproc: int | None = None) -> LadderResult:
+    """Run the requested levels; a level whose prerequisite (when requested) did not pass is NOT RUN.
+
+    `models` (mmdet detectors, train_detector.MODELS) and `nproc` (torchrun ranks) extend L5.
+    """
+    if (models or nproc) and "L5" not in levels:
+        raise BadInput("--model/--nproc extend L5, which --levels leaves out", source="command line",
+                       fix="add L5 to --levels or drop --model/--nproc")
+    if nproc is not None and nproc < 1:
+        raise BadInput(f"--nproc {nproc}: expected 1 or more processes", source="command line",
+                       fix="pass --nproc 1 or more")
     python = python or sys.executable
     start = time.perf_counter()
-    ladder = _Ladder(python=python, timeout=timeout, expect_gpu=expect_gpu, env=env)
+    ladder = _Ladder(python=python, timeout=timeout, expect_gpu=expect_gpu, env=env, models=tuple(models), nproc=nproc)
     wanted = set(levels)
     done: dict[str, LevelResult] = {}
 
@@ -481,9 +530,10 @@ def run_ladder(*, levels=LEVELS, python: str | None = None, timeout: float = DEF
             done["L2"] = jobs["L2"].result()
         if "L3" in jobs:
             done["L3"] = ladder.l3(jobs["L3"][0].result(), jobs["L3"][1].result())
-    for level in ("L4", "L5"):
-        if level in wanted:
-            done[level] = blocked(level) or ladder.simple(level)
+    if "L4" in wanted:
+        done["L4"] = blocked("L4") or ladder.simple("L4")
+    if "L5" in wanted:
+        done["L5"] = blocked("L5") or ladder.l5()
     results = [done[lv] for lv in LEVELS if lv in done]
     return LadderResult(python=python, levels=results, seconds=round(time.perf_counter() - start, 3))
 

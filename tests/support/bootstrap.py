@@ -42,6 +42,8 @@ from pathlib import Path
 from typing import Callable
 
 CACHE_ROOT = Path(os.environ.get("MMSTACK_TEST_CACHE", "~/.cache/mmstack-tests")).expanduser()
+# Written by tests/test_build_e2e.py: the python of a prefix installed from the recipe-built channel.
+PREFIX_POINTER = CACHE_ROOT / "mmcv-prefix-python.txt"
 PY = f"{sys.version_info.major}.{sys.version_info.minor}"
 PY_TAG = f"{sys.version_info.major}{sys.version_info.minor}"
 PY_ABI = f"python_abi {PY}.* *_cp{PY_TAG}"
@@ -117,6 +119,22 @@ WHEELS: tuple[Wheel, ...] = (
     Wheel("annotated-types", "0.8.0"),
     Wheel("typing-inspection", "0.4.5", depends=("typing_extensions >=4.12.0",)),
     Wheel("pyelftools", "0.33"),
+    # mmdet's run requirements (recipes/mmdet: requirements/runtime.txt under conda-forge's names)
+    Wheel("matplotlib", "3.11.2", conda="matplotlib-base",
+          depends=("contourpy >=1.0.1", "cycler >=0.10", "fonttools >=4.28.2", "kiwisolver >=1.3.1", "numpy >=1.25",
+                   "packaging >=20.0", "pillow >=9", "pyparsing >=3", "python-dateutil >=2.7")),
+    Wheel("contourpy", "1.3.3", depends=("numpy >=1.25",)),
+    Wheel("cycler", "0.12.1"),
+    Wheel("fonttools", "4.68.0"),
+    Wheel("kiwisolver", "1.5.1"),
+    Wheel("pyparsing", "3.3.3"),
+    Wheel("python-dateutil", "2.9.0.post0", depends=("six >=1.5",)),
+    Wheel("six", "1.17.0"),
+    Wheel("pycocotools", "2.0.11", depends=("numpy",)),
+    Wheel("scipy", "1.17.1", depends=("numpy >=1.26.4,<2.7",)),
+    Wheel("shapely", "2.2.0", depends=("numpy >=1.26",)),
+    Wheel("terminaltables", "3.1.10"),
+    Wheel("tqdm", "4.70.1"),
 )
 TORCH = Wheel("torch", "", conda="pytorch",
               depends=("filelock", "fsspec >=0.8.5", "jinja2", "networkx >=2.5.1", "setuptools >=77.0.3",

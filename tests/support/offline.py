@@ -17,33 +17,48 @@ from .bootstrap import CACHE_ROOT
 MMCV_SDIST_URL = ("https://files.pythonhosted.org/packages/e9/a2/57a733e7e84985a8a0e3101dfb8170fc9db92435c16afad253069ae3f9df/"
                   "mmcv-2.2.0.tar.gz")
 MMCV_SDIST_SHA256 = "ac479247e808d8802f89eadf04d4118de86bdfe81361ec5aed0cc1bf731c67c9"
-# A copy that may already be on the machine (the dev image has one); else PyPI, once.
-LOCAL_COPIES = (Path("/tmp/cache/mmcv-2.2.0.tar.gz"),)
+MMDET_SDIST_URL = ("https://files.pythonhosted.org/packages/5a/9e/c897d2fe3c3aa40fd83ea04c6103412cf0bd4db4bb20db4248f5c09673e7/"
+                   "mmdet-3.3.0.tar.gz")
+MMDET_SDIST_SHA256 = "fe8cc2685d60a2a4f2530a4e92aa6269fe45af93265303a31bf4ea463eb3164f"
+# name -> (url, sha256, version): the sources the recipes name, byte for byte.
+SDISTS = {
+    "mmcv": (MMCV_SDIST_URL, MMCV_SDIST_SHA256, "2.2.0"),
+    "mmdet": (MMDET_SDIST_URL, MMDET_SDIST_SHA256, "3.3.0"),
+}
+# Copies that may already be on the machine (the dev image has one); else PyPI, once.
+LOCAL_COPIES = (Path("/tmp/cache"),)
 
 
-def cached_sdist(*, cache_root: Path = CACHE_ROOT) -> Path:
-    """The mmcv sdist, checked against its sha256, from a local copy or downloaded once."""
-    cached = cache_root / "sdist" / Path(MMCV_SDIST_URL).name
-    for path in (cached, *LOCAL_COPIES):
-        if path.is_file() and _sha256(path) == MMCV_SDIST_SHA256:
+def cached_sdist(name: str = "mmcv", *, cache_root: Path = CACHE_ROOT) -> Path:
+    """A recipe's sdist, checked against its sha256, from a local copy or downloaded once."""
+    url, sha256, _ = SDISTS[name]
+    cached = cache_root / "sdist" / Path(url).name
+    for path in (cached, *(d / Path(url).name for d in LOCAL_COPIES)):
+        if path.is_file() and _sha256(path) == sha256:
             return path
     cached.parent.mkdir(parents=True, exist_ok=True)
     partial = cached.with_suffix(".partial")
-    with urllib.request.urlopen(MMCV_SDIST_URL, timeout=120) as resp, open(partial, "wb") as fh:
+    with urllib.request.urlopen(url, timeout=120) as resp, open(partial, "wb") as fh:
         shutil.copyfileobj(resp, fh)
-    if _sha256(partial) != MMCV_SDIST_SHA256:
+    if _sha256(partial) != sha256:
         partial.unlink()
-        raise RuntimeError(f"{MMCV_SDIST_URL} does not have the sha256 the recipe names")
+        raise RuntimeError(f"{url} does not have the sha256 the recipe names")
     partial.rename(cached)
     return cached
 
 
-def offline_recipe(recipe_dir: Path, dest: Path, *, url: str, local_file: Path) -> Path:
+def offline_recipe_for(name: str, recipe_dir: Path, dest: Path) -> Path:
+    """`offline_recipe` for one of SDISTS, fetching the sdist first if need be."""
+    url, _, version = SDISTS[name]
+    return offline_recipe(recipe_dir, dest, url=url, local_file=cached_sdist(name), version=version)
+
+
+def offline_recipe(recipe_dir: Path, dest: Path, *, url: str, local_file: Path, version: str = "2.2.0") -> Path:
     """Copy `recipe_dir` to `dest` with `url` in recipe.yaml replaced by `local_file`'s file:// URL."""
     shutil.copytree(recipe_dir, dest, ignore=shutil.ignore_patterns("output", "__pycache__"))
     recipe = dest / "recipe.yaml"
     text = recipe.read_text()
-    templated = url.replace("2.2.0", "${{ version }}")
+    templated = url.replace(version, "${{ version }}")
     hits = [u for u in (url, templated) if f"url: {u}\n" in text]
     if len(hits) != 1:
         raise AssertionError(f"{recipe_dir}/recipe.yaml: expected `url: {templated}` once")

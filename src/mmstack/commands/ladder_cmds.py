@@ -5,13 +5,30 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import report
+from ..errors import BadInput
 from ..ladder import DEFAULT_TIMEOUT, parse_levels, run_ladder
 
 
+def parse_models(text: str | None) -> tuple[str, ...]:
+    """--model faster-rcnn,faster-rcnn-mdconv -> names of train_detector.MODELS (checked here)."""
+    if not text:
+        return ()
+    from ..train_detector import MODELS
+
+    names = tuple(dict.fromkeys(t.strip() for t in text.split(",") if t.strip()))
+    unknown = [n for n in names if n not in MODELS]
+    if unknown or not names:
+        raise BadInput(f"--model: unknown detector {', '.join(unknown) or repr(text)}", source="command line",
+                       fix=f"use one or more of {', '.join(MODELS)}, comma-separated")
+    return names
+
+
 def run_verify(*, levels: str | None, as_json: bool, expect_gpu: bool, python: str | None,
-               timeout: float = DEFAULT_TIMEOUT) -> int:
+               timeout: float = DEFAULT_TIMEOUT, model: str | None = None, nproc: int | None = None) -> int:
     """Exit 0 when every requested level passes or skips for a stated reason, 1 otherwise."""
-    result = run_ladder(levels=parse_levels(levels), python=python, timeout=timeout, expect_gpu=expect_gpu)
+    models = parse_models(model)
+    result = run_ladder(levels=parse_levels(levels), python=python, timeout=timeout, expect_gpu=expect_gpu,
+                        models=models, nproc=nproc)
     if as_json:
         report.print_json(result.as_dict())
     else:

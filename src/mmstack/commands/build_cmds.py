@@ -1,0 +1,51 @@
+"""`mmstack build` and `mmstack channel index`."""
+
+from __future__ import annotations
+
+import json as jsonlib
+from pathlib import Path
+
+from .. import report
+from ..build import ALL, DEFAULT_CHANNELS, STACK, run_stack_build
+from ..channel import index_channel
+from ..errors import BadInput
+
+
+def run_build_cmd(*, root: Path, channel: Path, env: str | None, build_all: bool,
+                  recipes: list[str] | None, extra_channels: list[str] | None, test: bool,
+                  as_json: bool) -> int:
+    """Build the stack's recipes for one environment (or all variants) into `channel`, then index it.
+
+    Progress goes to stderr line by line; the result is a table (or JSON) of the packages that landed.
+    """
+    if build_all and env:
+        raise BadInput("--env and --all both given", source="command line", fix="pass one of them")
+    if not build_all and not env:
+        raise BadInput("which builds? neither --env nor --all given", source="command line",
+                       fix="pass --env NAME (see `mmstack matrix`) or --all")
+    built = run_stack_build(root=root, channel_dir=channel, env=ALL if build_all else env,
+                            recipes=tuple(recipes or STACK), extra_channels=tuple(extra_channels or DEFAULT_CHANNELS),
+                            test=test, progress=report.info)
+    if as_json:
+        report.print_json({"channel": str(channel.resolve()), "packages": [b.as_dict() for b in built]})
+        return 0
+    rows = [(b.name, b.version, b.build_string, b.variant.get("arch_tag", ""), f"{b.seconds:.0f}s", b.path.name)
+            for b in built]
+    report.print_table(["package", "version", "build", "arch", "time", "file"], rows,
+                       title=f"built into {channel.resolve()}")
+    report.info(f"install with: conda install -c {channel.resolve()} -c conda-forge mmcv")
+    return 0
+
+
+def run_channel_index(*, path: Path, as_json: bool) -> int:
+    """(Re)write every subdir's repodata.json atomically; print what each subdir now holds."""
+    channel = index_channel(path)
+    counts = {}
+    for repodata in sorted(channel.glob("*/repodata.json")):
+        data = jsonlib.loads(repodata.read_text())
+        counts[repodata.parent.name] = len(data.get("packages", {})) + len(data.get("packages.conda", {}))
+    if as_json:
+        report.print_json({"channel": str(channel), "subdirs": counts})
+    else:
+        report.print_table(["subdir", "packages"], sorted(counts.items()), title=f"indexed {channel}")
+    return 0

@@ -1,0 +1,76 @@
+"""`mmstack build`, `mmstack channel index` and verify's L5 options, driven as a user drives them.
+
+The real builds run in tests/test_build_e2e.py (slow); here: the argument contract, and indexing
+a channel of real .conda packages.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def mmstack(*args, cwd=ROOT):
+    proc = subprocess.run([sys.executable, "-m", "mmstack.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          env={**os.environ, "COLUMNS": "200"}, timeout=300)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+@pytest.mark.parametrize("args, words", [
+    ((), "neither --env nor --all"),
+    (("--env", "cpu", "--all"), "--env and --all both given"),
+])
+def test_build_needs_exactly_one_selection(tmp_path, args, words):
+    code, out, err = mmstack("build", "--channel", str(tmp_path / "ch"), *args)
+    assert code == 2 and words in err and out == ""
+    assert len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "ch").exists(), "bad input leaves no partial output"
+
+
+def test_build_rejects_an_environment_no_variant_serves(tmp_path):
+    pytest.importorskip("rattler_build")
+    code, _, err = mmstack("build", "--env", "rtx9999", "--channel", str(tmp_path / "ch"), "--recipe", "mmcv")
+    assert code == 2
+    assert "no variant serves environment 'rtx9999'" in err and "conda_build_config.yaml" in err
+    assert not (tmp_path / "ch").exists()
+
+
+def test_channel_index_writes_repodata_for_every_subdir(tmp_path):
+    pytest.importorskip("rattler")
+    pytest.importorskip("rattler_build")
+    from support.fake_channel import Pkg, build_channel
+
+    ch = build_channel(tmp_path / "ch", [Pkg("mmcv", "2.2.0", "cpu_py311"),
+                                         Pkg("mmstack", "0.1.0", "pyh", subdir="noarch", noarch="python")])
+    for repodata in ch.glob("*/repodata.json"):
+        repodata.unlink()
+    code, out, err = mmstack("channel", "index", str(ch), "--json")
+    assert code == 0, err
+    assert json.loads(out) == {"channel": str(ch.resolve()), "subdirs": {"linux-64": 1, "noarch": 1}}
+    names = {r["name"] for r in json.loads((ch / "linux-64" / "repodata.json").read_text())["packages.conda"].values()}
+    assert names == {"mmcv"}
+    assert not list(ch.glob(".index-*")), "the shadow copy is gone after the atomic swap"
+
+
+def test_channel_index_of_a_missing_directory_is_bad_input(tmp_path):
+    code, _, err = mmstack("channel", "index", str(tmp_path / "nope"))
+    assert code == 2 and "is not a directory" in err
+
+
+@pytest.mark.parametrize("args, words", [
+    (("--model", "yolo-x"), "unknown detector yolo-x"),
+    (("--levels", "L1", "--model", "faster-rcnn"), "extend L5, which --levels leaves out"),
+    (("--levels", "L1", "--nproc", "2"), "extend L5, which --levels leaves out"),
+    (("--nproc", "0"), "--nproc 0: expected 1 or more"),
+])
+def test_verify_l5_options_reject_bad_input_before_running_anything(args, words):
+    code, out, err = mmstack("verify", *args)
+    assert code == 2, (out, err)
+    assert words in err and out == ""
