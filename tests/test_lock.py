@@ -76,7 +76,7 @@ def test_every_gpu_environment_declares_its_generation_on_the_platform():
     ('[feature.gen-b200.dependencies]\ncuda-version = "12.9.*"', '[feature.gen-b200.dependencies]\ncuda-version = "12.8.*"', "b200", "cuda-version"),
     ('pytorch = { version = "*", build = "cuda*" }', 'pytorch = { version = "*", build = "cpu*" }', "rtx3090", "pytorch"),
     ('pytorch = { version = "*", build = "cuda*" }', 'pytorch = { version = "2.0.*", build = "cuda*" }', "rtx3090", "pytorch"),
-    ('rtx5090 = ["cuda", "gen-rtx5090"]\n', "", "rtx5090", "-"),
+    ('rtx5090 = ["cuda", "gen-rtx5090", "mmdet"]\n', "", "rtx5090", "-"),
 ])
 def test_manifest_drift_is_flagged(repo, matrix, old, new, env, package):
     path = repo / "pixi.toml"

@@ -152,3 +152,13 @@ def test_drifted_manifest_refuses_to_lock(locked_repo, channel, tmp_path):
     assert any(p.env == "rtx4090" and p.rule == "manifest-drift" and p.package == "mmcv" for p in found)
     assert not any(p.env == "rtx4090" and p.rule == "mmcv-coverage" for p in found)  # the lock itself is still right
     assert any(p.env == "rtx4090" and p.rule == "stale-lock" for p in found)
+
+
+def test_every_runtime_environment_gets_the_patched_mmdet(locked_repo):
+    """The channel also holds an unpatched mmdet 3.3.0 with a higher build number (as conda-forge
+    does); the `mmcv22_*` build pin in pixi.toml's mmdet feature must keep it out."""
+    locked = lockfile.read_pixi_lock(locked_repo / "pixi.lock")
+    for gen in load_facts().generation:
+        (mmdet,) = locked[gen.env].by_name("mmdet")
+        assert mmdet.version == "3.3.0" and mmdet.build.startswith("mmcv22_pyh"), (gen.env, mmdet.label)
+        assert locked[gen.env].by_name("mmengine"), gen.env
