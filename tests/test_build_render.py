@@ -212,3 +212,29 @@ def test_mmstack_recipe_matches_pyproject():
         name = re.split(r"[<>=;\[ ]", dep)[0]
         if "python_version < '3.11'" not in dep:  # python_min is 3.11: tomllib is in the stdlib
             assert name in run, dep
+
+
+def test_check_recipes_passes_on_the_repository():
+    from mmstack.build import check_recipes
+
+    note = check_recipes(ROOT)
+    assert "mmcv: 18 (one per variant, build strings match)" in note and "mmdet: 1" in note
+
+
+def test_check_recipes_names_the_recipe_when_build_strings_collide(tmp_path):
+    """A build string that forgets the arch tag makes the per-generation builds of one CUDA
+    indistinguishable: `mmstack check` must fail naming the recipe."""
+    import shutil
+
+    from mmstack.build import check_recipes
+    from mmstack.errors import CheckFailed
+
+    shutil.copytree(ROOT / "recipes", tmp_path / "recipes", ignore=shutil.ignore_patterns("output"))
+    shutil.copy(ROOT / "conda_build_config.yaml", tmp_path)
+    recipe = tmp_path / "recipes" / "mmcv" / "recipe.yaml"
+    text = recipe.read_text()
+    assert 'torch_proc_type ~ "_" ~ arch_tag' in text
+    recipe.write_text(text.replace('torch_proc_type ~ "_" ~ arch_tag', 'torch_proc_type'))
+    with pytest.raises(CheckFailed) as err:
+        check_recipes(tmp_path)
+    assert "recipes/mmcv/recipe.yaml" in err.value.one_line() and "expected 1" in err.value.one_line()

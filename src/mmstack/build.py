@@ -209,6 +209,37 @@ def run_stack_build(
     return built
 
 
+def check_recipes(root: str | os.PathLike[str]) -> str:
+    """`mmstack check`: every recipe of the stack renders, and mmcv renders exactly one build per
+    variant of the matrix with that variant's build string (`cuda129_sm89_py311_h…`)."""
+    from . import facts, variants
+    from .errors import CheckFailed
+
+    root = Path(root)
+    config = root / variants.CONFIG_FILE
+    matrix = variants.load_matrix(facts.load(), config)
+    notes = []
+    for name in STACK:
+        rendered = render(recipe_dir=root / "recipes" / name, variant_config=config)
+        if name != "mmcv":
+            notes.append(f"{name}: {len(rendered)}")
+            continue
+        strings = [v.recipe.build.string for v in rendered]
+        for v in matrix:
+            want = v.build_string_glob[:-1]  # "cuda129_sm89_py311_"
+            hits = [s for s in strings if s.startswith(want)]
+            if len(hits) != 1:
+                raise CheckFailed(f"{len(hits)} rendered builds match variant {v.key} ({want}*), expected 1",
+                                  source=str(root / "recipes" / "mmcv" / RECIPE_FILE),
+                                  fix="derive the build string from arch_tag and cuda_compiler_version in the recipe's context")
+        if len(strings) != len(matrix):
+            raise CheckFailed(f"renders {len(strings)} builds for {len(matrix)} matrix variants",
+                              source=str(root / "recipes" / "mmcv" / RECIPE_FILE),
+                              fix="use only conda_build_config.yaml's keys as variant keys in the recipe")
+        notes.append(f"mmcv: {len(strings)} (one per variant, build strings match)")
+    return "rendered " + ", ".join(notes)
+
+
 # ---------------------------------------------------------------------------------------------
 
 

@@ -27,6 +27,13 @@ def _matrix(root: Path) -> str:
 def checks() -> list[tuple[str, Check]]:
     found: list[tuple[str, Check]] = [("facts", _facts), ("variants", _matrix)]
     try:
+        import rattler_build  # noqa: F401 - the 'build' extra
+
+        from ..build import check_recipes
+        found.append(("recipes", check_recipes))
+    except ImportError:
+        found.append(("recipes", lambda root: "skipped: rendering needs py-rattler-build (the 'build' extra)"))
+    try:
         from ..workflows import check_workflows
         found.append(("workflows", check_workflows))
     except ImportError:
