@@ -52,7 +52,7 @@ def test_one_package_per_row(rendered):
 @pytest.mark.parametrize("tag, pattern", [
     ("cpu", r"cpu_py311_h[0-9a-f]{7}_0"),
     ("sm89", r"cuda129_sm89_py311_h[0-9a-f]{7}_0"),
-    ("all", r"cuda128_all_py311_h[0-9a-f]{7}_0"),
+    ("all", r"cuda128_all_py311_h[0-9a-f]{7}_100"),
 ])
 def test_build_strings_say_what_the_package_serves(rendered, tag, pattern):
     assert re.fullmatch(pattern, rendered[tag]["build"]["string"])
@@ -170,8 +170,11 @@ def test_meta_yaml_is_the_same_recipe(rendered, tag):
     ours = rendered[tag]
     variant = {"arch_tag": tag, **ours["variant"]}
     meta = _render_meta_yaml(variant)
-    prefix = ours["build"]["string"].rsplit("_h", 1)[0]
-    assert meta["build"]["string"] == f"{prefix}_h0000000_0"
+    prefix, tail = ours["build"]["string"].rsplit("_h", 1)
+    number = tail.rsplit("_", 1)[1]
+    assert number == ("100" if tag == "all" else "0")  # the fat build wins a plain `conda install mmcv`
+    assert meta["build"]["string"] == f"{prefix}_h0000000_{number}"
+    assert meta["build"]["number"] == ours["build"]["number"] == int(number)
     for section in ("build", "host", "run"):
         assert [" ".join(str(s).split()) for s in meta["requirements"][section]] == ours["requirements"][section], section
     assert meta["build"]["script_env"][0] == f"MMSTACK_ARCH_LIST={variant['mmcv_arch_list']}"

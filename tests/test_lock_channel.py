@@ -162,3 +162,18 @@ def test_every_runtime_environment_gets_the_patched_mmdet(locked_repo):
         (mmdet,) = locked[gen.env].by_name("mmdet")
         assert mmdet.version == "3.3.0" and mmdet.build.startswith("mmcv22_pyh"), (gen.env, mmdet.label)
         assert locked[gen.env].by_name("mmengine"), gen.env
+
+
+@pytest.mark.parametrize("virtual, want", [
+    (("__cuda=12.9",), "cuda129_all_py311_"),  # an A100, a 4090 or a 5090 on a 12.9 driver: the fat build
+    ((), "cpu_py311_"),                       # no NVIDIA driver: the CPU build
+])
+def test_a_plain_mmcv_install_gets_a_build_that_runs_on_any_gpu(channel, tmp_path, virtual, want):
+    """`conda install -c ./channel mmcv` names no build: the fat build's higher build number must
+    win over the single-generation builds, which would fail with 'no kernel image' on other GPUs."""
+    from mmstack import channel as channelmod
+
+    installed = channelmod.install(["mmcv", "python 3.11.*"], [channel], tmp_path / "env",
+                                   virtual_packages=["__glibc=2.28", "__unix=0", "__linux=6.8", *virtual])
+    (mmcv,) = [r for r in installed if r.startswith("mmcv=")]
+    assert mmcv.split("=")[2].startswith(want), installed

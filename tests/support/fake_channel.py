@@ -94,7 +94,9 @@ def standard_packages(matrix, *, pythons=("3.11", "3.12"), cuda_versions=("12.8"
             deps = (_py(v.python), f"{torch}", "numpy")
         else:
             deps = (_py(v.python), torch, "__cuda", _cuda_range(v.cuda), "numpy")
-        pkgs.append(Pkg("mmcv", "2.2.0", f"{v.build_string_prefix}_py{tag}", depends=deps))
+        # recipes/mmcv: fat builds carry build number 100 so a plain `mmcv` spec prefers them
+        pkgs.append(Pkg("mmcv", "2.2.0", f"{v.build_string_prefix}_py{tag}", depends=deps,
+                        build_number=100 if v.arch_tag == variants_fat_tag() else 0))
     # recipes/mmdet's build (patched for mmcv 2.2) and conda-forge's unpatched one, which the
     # `mmcv22_*` build pin must keep out.
     pkgs.append(Pkg("mmdet", "3.3.0", "mmcv22_pyh", subdir="noarch", noarch="python",
@@ -131,6 +133,12 @@ def build_channel(dest: Path, packages: list[Pkg]) -> Path:
         )
     asyncio.run(index_fs(dest, write_zst=False, write_shards=False))
     return dest
+
+
+def variants_fat_tag() -> str:
+    from mmstack.variants import FAT_TAG
+
+    return FAT_TAG
 
 
 def url(dest: Path) -> str:
