@@ -189,7 +189,7 @@ def test_meta_yaml_is_the_same_recipe(rendered, tag):
     assert "mmstack verify --levels L1,L2,L3,L4 --json" in commands
     assert ("mmstack fatbin" in commands) == (tag != "cpu")
     if tag != "cpu":
-        assert f"p('{variant['mmcv_arch_list']}')" in commands
+        assert f'mmstack fatbin --expect "{variant["mmcv_arch_list"]}"' in commands
 
 
 def test_the_repository_matrix_renders_for_every_environment():

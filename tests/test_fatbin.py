@@ -243,3 +243,31 @@ def test_summarize_is_json_and_unions_archs(built):
 def test_archs_sort_numerically():
     entries = tuple(FatbinEntry("sass", a, False, 1) for a in ("12.0", "9.0a", "8.6", "10.0f", "9.0", "8.6"))
     assert ObjectListing("x.so", entries).sass == ("8.6", "9.0", "9.0a", "10.0f", "12.0")
+
+
+@pytest.mark.parametrize("name, expect, code, words", [
+    ("sm80_ptx80", "8.0+PTX", 0, "matches 8.0+PTX"),
+    ("sm80_ptx80", "8.0", 1, "PTX 8.0 not in the list"),
+    ("sm90", "9.0", 0, "matches 9.0"),
+    ("sm90", "8.9;9.0", 1, "SASS 8.9 missing"),
+    ("compressed", "sm_80 compute_80", 0, "matches"),
+])
+def test_expect_compares_the_ext_to_an_arch_list(built, name, expect, code, words):
+    """`mmstack fatbin --expect LIST`: what recipes/mmcv's test runs on every CUDA build."""
+    import subprocess
+    import sys
+
+    path = _object(built, name)
+    proc = subprocess.run([sys.executable, "-m", "mmstack.cli", "fatbin", "--expect", expect, str(path)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == code, proc.stderr
+    assert words in proc.stderr
+
+
+def test_expect_with_a_malformed_list_is_bad_input(built):
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "mmstack.cli", "fatbin", "--expect", "8.9.1", str(_object(built, "sm90"))],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "--expect" in proc.stderr

@@ -85,11 +85,13 @@ def verify(
 
 
 @app.command()
-def fatbin(path: Path = typer.Argument(..., help="An .so, .whl, .conda or .tar.bz2."), json: bool = JSON) -> None:
+def fatbin(path: Path = typer.Argument(..., help="An .so, .whl, .conda or .tar.bz2."),
+           expect: Optional[str] = typer.Option(None, "--expect", help="Exit 1 unless the archs equal this list, e.g. '8.9' or '9.0;12.0+PTX'."),
+           json: bool = JSON) -> None:
     """SASS and PTX archs inside a shared object or a package holding some."""
     from .commands.ladder_cmds import run_fatbin
 
-    raise typer.Exit(run_fatbin(path=path, as_json=json))
+    raise typer.Exit(run_fatbin(path=path, as_json=json, expect=expect))
 
 
 @app.command()

@@ -259,3 +259,21 @@ def summarize(listings: list[ObjectListing]) -> dict:
         "sass": list(_sorted(a for listing in listings for a in listing.sass)),
         "ptx": list(_sorted(a for listing in listings for a in listing.ptx)),
     }
+
+
+def compare_to_arch_list(listings: list[ObjectListing], arch_list: str) -> list[str]:
+    """What differs between the archs the objects carry and an arch list ("8.9", "9.0;12.0+PTX"):
+    one line per missing or unexpected SASS/PTX arch; empty when they match exactly."""
+    from .arch import parse_arch_list
+
+    want = parse_arch_list(arch_list, where="--expect")
+    summary = summarize(listings)
+    problems = []
+    for kind in ("sass", "ptx"):
+        expected = {str(t.arch) for t in want if t.kind == kind}
+        got = set(summary[kind])
+        for a in _sorted(expected - got):
+            problems.append(f"{kind.upper()} {a} missing")
+        for a in _sorted(got - expected):
+            problems.append(f"{kind.upper()} {a} not in the list")
+    return problems

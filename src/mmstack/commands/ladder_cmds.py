@@ -44,16 +44,27 @@ def run_verify(*, levels: str | None, as_json: bool, expect_gpu: bool, python: s
     return 0 if result.ok else 1
 
 
-def run_fatbin(*, path: Path, as_json: bool) -> int:
-    from ..fatbin import list_fatbins, summarize
+def run_fatbin(*, path: Path, as_json: bool, expect: str | None = None) -> int:
+    """List the archs; with `expect`, exit 1 unless they equal that arch list exactly."""
+    from ..fatbin import compare_to_arch_list, list_fatbins, summarize
 
     listings = list_fatbins(path)
+    problems = compare_to_arch_list(listings, expect) if expect is not None else []
     if as_json:
-        report.print_json(summarize(listings))
-        return 0
-    rows = [(li.path, ", ".join(li.sass) or "-", ", ".join(li.ptx) or "-", "yes" if li.compressed else "no")
-            for li in listings]
-    report.print_table(["file", "SASS", "PTX", "compressed"], rows, title=str(path))
-    if not listings:
-        report.info("no ELF shared objects found")
+        data = summarize(listings)
+        if expect is not None:
+            data.update(expected=expect, matches=not problems, problems=problems)
+        report.print_json(data)
+    else:
+        rows = [(li.path, ", ".join(li.sass) or "-", ", ".join(li.ptx) or "-", "yes" if li.compressed else "no")
+                for li in listings]
+        report.print_table(["file", "SASS", "PTX", "compressed"], rows, title=str(path))
+        if not listings:
+            report.info("no ELF shared objects found")
+        if expect is not None:
+            report.info(f"matches {expect}" if not problems else f"does not match {expect}: " + "; ".join(problems))
+    if problems:
+        report.error_line(f"{path}: carries other archs than {expect!r}: " + "; ".join(problems)
+                          + " (fix: build with TORCH_CUDA_ARCH_LIST set to the list; torch's default list was used?)")
+        return 1
     return 0
