@@ -141,7 +141,9 @@ def test_stuck_collective_reports_itself(real_mmcv_python):
 
 @pytest.mark.slow
 def test_silent_hang_is_killed_with_all_its_ranks(real_mmcv_python):
-    res = run_distributed_step(nproc=2, steps=3, timeout=12, python=real_mmcv_python,
+    # The process group waits longer (60 s) than the launcher (12 s): the hang stays silent, so it
+    # is the launcher's timeout that must end it (the reported-timeout case is the test above).
+    res = run_distributed_step(nproc=2, steps=3, timeout=12, pg_timeout=60, python=real_mmcv_python,
                                env={**os.environ, FAULT_ENV: "hang"})
     assert res["status"] == "FAIL"
     assert res["diagnosis"].startswith("no result after 12 s"), res["diagnosis"]
