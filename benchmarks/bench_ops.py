@@ -87,7 +87,7 @@ def bench(device: str, repeats: int, iters: int) -> list[dict]:
 
     for n in (1000, 20000):
         b, s = _boxes(n, device, 2)
-        add(f"nms", f"{n} boxes, iou 0.5",
+        add("nms", f"{n} boxes, iou 0.5",
             lambda b=b, s=s: ops.nms(b, s, 0.5),
             (lambda b=b, s=s: tvops.nms(b, s, 0.5)) if tvops else None)
 

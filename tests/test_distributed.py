@@ -12,7 +12,6 @@ import importlib
 import os
 import shlex
 import subprocess
-import time
 import warnings
 
 import pytest

@@ -132,7 +132,6 @@ def test_recipe_builds_without_pytorch_and_carries_the_patch_and_configs(tmp_pat
     the same L5 step in the development environment.
     """
     import json
-    import shutil
     import subprocess
 
     from rattler_build import (

@@ -9,27 +9,35 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from mmstack import train_detector as td
 
 
-def _stack_reason() -> str | None:
-    """Why the real step cannot run in this interpreter, or None when it can."""
-    try:
-        td._require_stack()
-    except td.DetectorStepUnavailable as exc:
-        return str(exc)
-    return None
+SRC = Path(__file__).resolve().parents[1] / "src"
 
 
-STACK_MISSING = _stack_reason()
-needs_stack = pytest.mark.skipif(
-    STACK_MISSING is not None, reason=f"L5 needs mmcv with ops and a patched mmdet: {STACK_MISSING}"
-)
+@pytest.fixture(scope="module")
+def stack_python(real_mmcv_python) -> str:
+    """An interpreter with mmcv's ops and a patched mmdet: the dev environment, or the prefix the
+    e2e test installs from the recipe-built channel (mmcv + mmdet packages)."""
+    probe = subprocess.run([real_mmcv_python, "-c", "import mmcv.ops, mmdet"], capture_output=True, text=True,
+                           timeout=600)
+    if probe.returncode != 0:
+        last = (probe.stderr.strip().splitlines() or ["?"])[-1]
+        pytest.skip(f"L5 needs mmcv with ops and a patched mmdet in {real_mmcv_python}: {last}")
+    return real_mmcv_python
+
+
+def _run(python: str, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+    """This tree's train_detector (PYTHONPATH=src) under `python`, as the ladder's child runs it."""
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    return subprocess.run([python, *args], capture_output=True, text=True, timeout=timeout, env=env)
 
 
 # ---- rules (no mmdet needed) ---------------------------------------------------------------
@@ -105,30 +113,39 @@ def test_bad_iteration_counts_are_bad_input():
 # ---- the real step (mmcv._ext + patched mmdet) ----------------------------------------------
 
 
-@needs_stack
-def test_mmdet_admits_this_projects_mmcv():
-    import mmcv
-    import mmdet
-
-    assert mmcv.__version__.startswith("2.2."), mmcv.__version__
-    assert mmdet.mmcv_maximum_version == "2.3.0", "mmdet lacks recipes/mmdet/patches/0001"
-
-
-@needs_stack
-def test_configs_resolve_by_short_name_config_name_and_path():
-    plain = td.resolve_config("faster-rcnn")
-    assert plain.name == "faster-rcnn_r50_fpn_1x_coco.py" and plain.is_file()
-    assert td.resolve_config("faster-rcnn_r50_fpn_1x_coco") == plain
-    assert td.resolve_config(str(plain)) == plain
-    with pytest.raises(ValueError, match="unknown detector 'no-such-model'"):
-        td.resolve_config("no-such-model")
+def test_mmdet_admits_this_projects_mmcv(stack_python):
+    proc = _run(stack_python, "-c", "import mmcv, mmdet; print(mmcv.__version__, mmdet.mmcv_maximum_version)")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    mmcv_version, cap = proc.stdout.split()
+    assert mmcv_version.startswith("2.2."), mmcv_version
+    assert cap == "2.3.0", "mmdet lacks recipes/mmdet/patches/0001"
 
 
-@needs_stack
+def test_configs_resolve_by_short_name_config_name_and_path(stack_python):
+    code = (
+        "from mmstack import train_detector as td\n"
+        "plain = td.resolve_config('faster-rcnn')\n"
+        "assert plain.name == 'faster-rcnn_r50_fpn_1x_coco.py' and plain.is_file(), plain\n"
+        "assert td.resolve_config('faster-rcnn_r50_fpn_1x_coco') == plain\n"
+        "assert td.resolve_config(str(plain)) == plain\n"
+        "try:\n"
+        "    td.resolve_config('no-such-model')\n"
+        "except ValueError as exc:\n"
+        "    assert \"unknown detector 'no-such-model'\" in str(exc), exc\n"
+        "else:\n"
+        "    raise AssertionError('no error for an unknown model')\n"
+    )
+    proc = _run(stack_python, "-c", code)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
 @pytest.mark.slow
-def test_l5_step_trains_deformable_faster_rcnn_on_cpu():
-    """The ladder's hook, in process: DCNv2 backbone, loss finite and falling, a rate."""
-    result = td.run_detector_step(model="faster-rcnn-mdconv", device="cpu", iters=3, amp=True)
+def test_l5_step_trains_deformable_faster_rcnn_on_cpu(stack_python):
+    """The ladder's hook: DCNv2 backbone, loss finite and falling, a rate."""
+    proc = _run(stack_python, "-m", "mmstack.train_detector", "--model", "faster-rcnn-mdconv", "--device", "cpu",
+                "--iters", "3", "--json")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (result,) = json.loads(proc.stdout)["results"]
     assert result["passed"], result["reason"]
     assert result["deformable_ops"] == ["ModulatedDeformConv2dPack"]
     assert result["amp"] is False and "needs CUDA" in result["amp_note"]
@@ -138,23 +155,16 @@ def test_l5_step_trains_deformable_faster_rcnn_on_cpu():
     assert named <= set(result["loss_parts"][0])
     assert result["iters_per_s"] > 0
     assert result["image_size"] == td.CPU_IMAGE_SIZE
-    json.dumps(result)  # the ladder's child sends it back as JSON
 
 
-@needs_stack
 @pytest.mark.slow
-def test_l5_cli_json_for_the_plain_detector():
+def test_l5_cli_json_for_the_plain_detector(stack_python):
     """`python -m mmstack.train_detector --json`: one JSON object on stdout, exit 0.
 
-    64 px, one image and 2 iterations keep it short; the hook test above runs the CPU default.
+    64 px, one image and 2 iterations keep it short; the test above runs the CPU default.
     """
-    proc = subprocess.run(
-        [
-            sys.executable, "-m", "mmstack.train_detector", "--model", "faster-rcnn",
-            "--device", "cpu", "--iters", "2", "--image-size", "64", "--batch-size", "1", "--json",
-        ],
-        check=False, capture_output=True, text=True, timeout=300,
-    )
+    proc = _run(stack_python, "-m", "mmstack.train_detector", "--model", "faster-rcnn", "--device", "cpu",
+                "--iters", "2", "--image-size", "64", "--batch-size", "1", "--json")
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout)
     assert report["passed"] and report["error"] is None
@@ -164,9 +174,9 @@ def test_l5_cli_json_for_the_plain_detector():
     assert result["passed"], result["reason"]
 
 
-@needs_stack
-def test_cli_unknown_model_exits_2_with_json(capsys):
-    assert td.main(["--model", "nope", "--device", "cpu", "--json"]) == 2
-    report = json.loads(capsys.readouterr().out)
+def test_cli_unknown_model_exits_2_with_json(stack_python):
+    proc = _run(stack_python, "-m", "mmstack.train_detector", "--model", "nope", "--device", "cpu", "--json")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    report = json.loads(proc.stdout)
     assert report["passed"] is False and report["results"] == []
     assert "unknown detector 'nope'" in report["error"]

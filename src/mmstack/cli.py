@@ -115,7 +115,7 @@ def build(
     env: Optional[str] = typer.Option(None, "--env", help="Build the variants this environment takes (see `matrix`)."),
     all_: bool = typer.Option(False, "--all", help="Build every variant of the matrix."),
     channel: Path = typer.Option(Path("channel"), "--channel", help="Local channel directory (created if missing)."),
-    recipe: Optional[list[str]] = typer.Option(None, "--recipe", help="Recipe name under recipes/ or a directory (repeatable; default: mmstack, mmcv)."),
+    recipe: Optional[list[str]] = typer.Option(None, "--recipe", help="Recipe name under recipes/ or a directory (repeatable; default: mmstack, mmcv, mmdet)."),
     source_channel: Optional[list[str]] = typer.Option(None, "--source-channel", help="Where dependencies come from (repeatable; default: conda-forge)."),
     no_test: bool = typer.Option(False, "--no-test", help="Skip the recipes' test sections (L1-L4 in the sandbox)."),
     root: Path = typer.Option(Path("."), "--root", help="Repository root (recipes/, conda_build_config.yaml)."),

@@ -78,7 +78,7 @@ def read_config(path: Path) -> list[dict]:
     """Read the file with py-rattler-build; return its combinations as plain dicts."""
     path = Path(path)
     if not path.is_file():
-        raise BadInput(f"{path} not found", fix=f"run from the repository root or pass --config PATH")
+        raise BadInput(f"{path} not found", fix="run from the repository root or pass --config PATH")
     try:
         from rattler_build import JinjaConfig, PlatformConfig, VariantConfig
     except ImportError:
