@@ -7,20 +7,12 @@ a channel of real .conda packages.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from support.cli import mmstack
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def mmstack(*args, cwd=ROOT):
-    proc = subprocess.run([sys.executable, "-m", "mmstack.cli", *args], cwd=cwd, capture_output=True, text=True,
-                          env={**os.environ, "COLUMNS": "200"}, timeout=300)
-    return proc.returncode, proc.stdout, proc.stderr
 
 
 @pytest.mark.parametrize("args, words", [

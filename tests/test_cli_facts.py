@@ -1,20 +1,14 @@
 """`mmstack gpus`, `arch check`, `matrix`, `check` driven as a user drives them."""
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from support.cli import mmstack
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def mmstack(*args, cwd=ROOT):
-    proc = subprocess.run([sys.executable, "-m", "mmstack.cli", *args], cwd=cwd, capture_output=True, text=True,
-                          env={**os.environ, "COLUMNS": "200"})
-    return proc.returncode, proc.stdout, proc.stderr
 
 
 @pytest.mark.parametrize(

@@ -14,6 +14,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from support.cli import mmstack
 
 from mmstack.errors import BadInput
 from mmstack.fatbin import FatbinEntry, ObjectListing, list_fatbins, summarize
@@ -254,20 +255,11 @@ def test_archs_sort_numerically():
 ])
 def test_expect_compares_the_ext_to_an_arch_list(built, name, expect, code, words):
     """`mmstack fatbin --expect LIST`: what recipes/mmcv's test runs on every CUDA build."""
-    import subprocess
-    import sys
-
-    path = _object(built, name)
-    proc = subprocess.run([sys.executable, "-m", "mmstack.cli", "fatbin", "--expect", expect, str(path)],
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == code, proc.stderr
-    assert words in proc.stderr
+    rc, _, err = mmstack("fatbin", "--expect", expect, str(_object(built, name)))
+    assert rc == code, err
+    assert words in err
 
 
 def test_expect_with_a_malformed_list_is_bad_input(built):
-    import subprocess
-    import sys
-
-    proc = subprocess.run([sys.executable, "-m", "mmstack.cli", "fatbin", "--expect", "8.9.1", str(_object(built, "sm90"))],
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2 and "--expect" in proc.stderr
+    rc, _, err = mmstack("fatbin", "--expect", "8.9.1", str(_object(built, "sm90")))
+    assert rc == 2 and "--expect" in err

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.cli import mmstack
 
 pytest.importorskip("rattler_build", reason="py-rattler-build (the 'build' extra) reads conda_build_config.yaml")
 yaml = pytest.importorskip("yaml", reason="PyYAML reads the generated workflows back")
@@ -24,10 +25,6 @@ OFFLINE = {"HTTP_PROXY": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:
            "http_proxy": "http://127.0.0.1:9", "https_proxy": "http://127.0.0.1:9", "NO_PROXY": ""}
 
 
-def mmstack(*args, cwd=ROOT):
-    proc = subprocess.run([sys.executable, "-m", "mmstack.cli", *args], cwd=cwd, capture_output=True, text=True,
-                          env={**os.environ, "COLUMNS": "200"})
-    return proc.returncode, proc.stdout, proc.stderr
 
 
 @pytest.fixture(scope="module")

@@ -301,7 +301,6 @@ class _Ladder:
             reason = f"loss {losses[0]:.4g} -> {losses[-1]:.4g} in {len(losses)} steps on {ev.get('device')}"
         return LevelResult(level, "PASS", run.seconds, ev, reason)
 
-
     def l5(self) -> LevelResult:
         """The tiny DeformConv2d + RoIAlign step; then, when asked, mmdet detectors (--model) and
         the same step under torchrun with N ranks (--nproc). PASS only if every part passes."""

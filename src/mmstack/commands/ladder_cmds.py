@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import report
-from ..errors import BadInput
+from ..errors import BadInput, CheckFailed
 from ..ladder import DEFAULT_TIMEOUT, parse_levels, run_ladder
 
 
@@ -61,10 +61,9 @@ def run_fatbin(*, path: Path, as_json: bool, expect: str | None = None) -> int:
         report.print_table(["file", "SASS", "PTX", "compressed"], rows, title=str(path))
         if not listings:
             report.info("no ELF shared objects found")
-        if expect is not None:
-            report.info(f"matches {expect}" if not problems else f"does not match {expect}: " + "; ".join(problems))
+        if expect is not None and not problems:
+            report.info(f"matches {expect}")
     if problems:
-        report.error_line(f"{path}: carries other archs than {expect!r}: " + "; ".join(problems)
-                          + " (fix: build with TORCH_CUDA_ARCH_LIST set to the list; torch's default list was used?)")
-        return 1
+        raise CheckFailed(f"carries other archs than {expect!r}: " + "; ".join(problems), source=str(path),
+                          fix="build with TORCH_CUDA_ARCH_LIST set to the list; torch's default list was used?")
     return 0
