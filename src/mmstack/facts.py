@@ -209,11 +209,11 @@ class Facts(_Strict):
 
     def first_cuda(self, cc: str) -> str | None:
         """The first CUDA toolkit whose nvcc targets `cc`: the [[cuda]] rows, else [[architecture]]."""
-        first = self.first_toolkit_for(cc)
-        if first is not None:
-            return first.version
         row = self.arch_row(cc)
-        return row.first_cuda if row else None
+        if row is not None:
+            return row.first_cuda  # the loader checked it against the [[cuda]] rows where they reach
+        first = self.first_toolkit_for(cc)
+        return first.version if first else None
 
     def toolkit(self, version: str) -> CudaToolkit:
         for tk in self.cuda:
