@@ -134,8 +134,12 @@ def parse_arch_list(text: str, *, where: str = "--arch-list") -> tuple[Target, .
     return tuple(sorted(targets))
 
 
-_SPELLINGS = [f"{p}{ma}{mi}" for ma in range(3, 13) for mi in range(10) for p in ("sm_", "compute_")] + [
-    f"{ma}.{mi}" for ma in range(3, 13) for mi in range(10)]
+def _spellings() -> list[str]:
+    """Every spelling of every arch some toolkit of the facts targets."""
+    from .facts import load
+
+    archs = {a for tk in load().cuda for a in (*tk.sass, *tk.arch_specific)}
+    return [s for a in archs for s in (a, f"sm_{a.replace('.', '')}", f"compute_{a.replace('.', '')}")]
 
 
 def _did_you_mean_arch(token: str) -> str:
@@ -144,7 +148,7 @@ def _did_you_mean_arch(token: str) -> str:
     if re.fullmatch(r"\d{1,3}", t):
         guess = f"{t}.0" if len(t) == 1 else f"{t[:-1]}.{t[-1]}"
     else:
-        close = difflib.get_close_matches(t, _SPELLINGS, n=1, cutoff=0.6)
+        close = difflib.get_close_matches(t, _spellings(), n=1, cutoff=0.6)
         guess = close[0] if close else None
     return f"; did you mean {guess!r}?" if guess else ""
 
@@ -273,9 +277,10 @@ def serving_env(facts: Facts, cc: str, *, segment: str = "") -> Serving:
         if result.coverage is not Coverage.NONE and (best is None or _ORDER[result.coverage] > _ORDER[best[0]]):
             best = (result.coverage, gen.env)
     if best is None:
-        first = facts.first_cuda(str(gpu))
+        can = [t.version for t in sorted(facts.toolkits_for(str(gpu)), key=lambda t: t.key)]
+        cuda = f"CUDA {' or '.join(_ranges(can))}" if can else f"CUDA >= {facts.first_cuda(str(gpu)) or '?'}"
         return Serving(None, Coverage.NONE, f"no mmstack environment carries SASS or PTX that runs on {gpu} ({gpu.sm});"
-                       f" build mmcv with TORCH_CUDA_ARCH_LIST={gpu} (CUDA >= {first or '?'})")
+                       f" build mmcv with TORCH_CUDA_ARCH_LIST={gpu} ({cuda})")
     cov, env = best
     how = {Coverage.NATIVE: f"native {gpu.sm} SASS",
            Coverage.LOWER_MINOR: f"SASS of {facts.env(env).compute_capability} (same major, lower minor: runs, not tuned)",
