@@ -123,6 +123,16 @@ def render(data: dict) -> str:
     for a in archs:
         s = serving_env(facts, a.compute_capability)
         out.append(f"| {a.compute_capability} | {s.env or 'none'} | {_LABEL[s.coverage] if s.env else s.reason} |")
+    out += ["", "## CUDA toolkits in the facts", "",
+            "From src/mmstack/data/gpus.toml (`[[cuda]]` rows, each with its sources); added/dropped are against",
+            "the row before. A newer minor release than the last row of its major is answered from that row.", "",
+            "| CUDA | SASS | added | dropped | deprecated | driver >= (Linux x86_64) | newest gcc |",
+            "|---|---|---|---|---|---|---|"]
+    for tk in sorted(facts.cuda, key=lambda t: t.key):
+        c = facts.changes(tk.version)
+        span = f"{tk.sass[0]}..{tk.sass[-1]}" + (f" (+{', '.join(tk.arch_specific)})" if tk.arch_specific else "")
+        out.append(f"| {tk.version} | {span} | {', '.join(c.added) or '-'} | {', '.join(c.dropped) or '-'} |"
+                   f" {', '.join(c.deprecated) or '-'} | {tk.min_driver} | {tk.max_gcc} |")
     return "\n".join(out) + "\n"
 
 
