@@ -40,7 +40,15 @@ def test_arch_check_table_says_why_and_fix():
     "args, needle",
     [
         (["arch", "check", "--gpu", "RTX 5900", "--arch-list", "9.0"], "did you mean 'RTX 5090'"),
-        (["arch", "check", "--gpu", "H100", "--arch-list", "sm_9x"], "--arch-list"),
+        (["arch", "check", "--gpu", "H100", "--arch-list", "sm_9x"], "did you mean 'sm_90'"),
+        (["arch", "check", "--gpu", "RTX 3090", "--arch-list", "86"], "did you mean '8.6'"),
+        (["arch", "check", "--gpu", "GTX 1800", "--arch-list", "6.1"], "did you mean 'GTX 1080'"),
+        (["arch", "check", "--gpu", "H100"], "exactly one of --arch-list"),
+        (["arch", "check", "--arch-list", "9.0"], "--gpu NAME or --cc"),
+        (["arch", "check", "--cc", "8.x", "--arch-list", "9.0"], "--cc"),
+        (["arch", "check", "--gpu", "H100", "--package", "/nonexistent.whl"], "no such file"),
+        (["gpus", "--env", "rtx4000"], "did you mean 'rtx4090'"),
+        (["gpus", "--arch", "sm_9z"], "--arch"),
         (["gpus", "Voodoo 5"], "unknown GPU"),
         (["arch", "check", "--gpu", "H100", "--arch-list", "9.0", "--cuda", "12.7"], "unknown CUDA version"),
         (["matrix", "--format", "yaml"], "--format"),
@@ -75,3 +83,49 @@ def test_malformed_config_exits_2(tmp_path):
     bad.write_text("python: [\n")
     code, _, err = mmstack("matrix", "--config", str(bad))
     assert code == 2 and "conda_build_config.yaml" in err and len(err.strip().splitlines()) == 1
+
+
+def test_real_toolkits_get_verdicts_not_bad_input():
+    for cuda in ("10.2", "11.0", "11.4", "11.7", "12.2", "13.1", "13.2", "13.5"):
+        code, out, err = mmstack("arch", "check", "--gpu", "Tesla T4", "--arch-list", "7.5", "--cuda", cuda, "--json")
+        assert code in (0, 1), (cuda, err)
+        assert json.loads(out)["verdict"] == "native"
+
+
+def test_cc_for_a_name_the_facts_lack():
+    code, out, err = mmstack("arch", "check", "--gpu", "NVIDIA Mystery 3000", "--cc", "sm_86", "--arch-list", "8.0", "--json")
+    data = json.loads(out)
+    assert code == 0 and data["verdict"] == "lower-minor" and data["compute_capability"] == "8.6"
+    code, out, _ = mmstack("arch", "check", "--cc", "12.0", "--arch-list", "9.0")
+    assert code == 1 and "sm_120" in out and "rtx5090" in out
+
+
+# First CUDA per GPU (release notes; Wikipedia's table for those before the 10.2 row).
+@pytest.mark.parametrize("gpu, first, env", [
+    ("GTX 1080", "8.0", None), ("T4", "10.0", None), ("V100", "9.0", None), ("A100", "11.0", "a100"),
+    ("RTX 3060", "11.1", "rtx3090"), ("RTX 4090", "11.8", "rtx4090"), ("B300", "12.9", "b200"),
+    ("RTX 5070", "12.8", "rtx5090"), ("Jetson AGX Orin", "11.5", None),
+])
+def test_gpus_first_cuda_and_env(gpu, first, env):
+    code, out, _ = mmstack("gpus", gpu, "--json")
+    data = json.loads(out)
+    assert code == 0 and (data["first_cuda"], data["environment"]) == (first, env)
+
+
+def test_gpus_filters():
+    code, out, _ = mmstack("gpus", "--json")
+    rows = json.loads(out)
+    assert code == 0 and len(rows) >= 200
+    by_name = {r["name"]: r for r in rows}
+    assert by_name["GeForce RTX 3090"]["first_cuda"] == "11.1" and by_name["NVIDIA T4"]["first_cuda"] == "10.0"
+    code, out, _ = mmstack("gpus", "--arch", "8.9", "--json")
+    assert {r["compute_capability"] for r in json.loads(out)} == {"8.9"}
+    code, out, _ = mmstack("gpus", "--arch", "sm_10x", "--json")
+    assert {r["compute_capability"] for r in json.loads(out)} == {"10.0", "10.3"}
+    code, out, _ = mmstack("gpus", "--env", "b200", "--json")
+    got = {(r["compute_capability"], r["environment_runs"]) for r in json.loads(out)}
+    assert got == {("10.0", "native"), ("10.3", "lower-minor")}
+    code, out, _ = mmstack("gpus", "--env", "none", "--arch", "7.5", "--json")
+    assert code == 0 and json.loads(out) and all(r["environment"] is None for r in json.loads(out))
+    code, out, _ = mmstack("gpus", "--arch", "12", "--env", "rtx5090")
+    assert code == 0 and "GB10" in out and "lower minor" in out

@@ -137,3 +137,22 @@ def test_doctor_json_runs_here():
     assert fpr["torch"]["torch_version"]  # torch imported in the child
     assert fpr["mmcv"]["version"] == "2.2.0"  # the stand-in, found through PYTHONPATH
     assert all({"severity", "what", "fix"} <= set(f) for f in data["findings"])
+
+
+# -- detect: the compute capability the driver reports decides -------------------------------------
+
+
+@pytest.mark.parametrize("line, env, runs, known_as", [
+    ("NVIDIA Foo Bar 9000, 8.9, 575.51.03", "rtx4090", "native", None),  # a name no list has
+    ("NVIDIA GeForce RTX 3060 Laptop GPU, 8.6, 575.51.03", "rtx3090", "native", "GeForce RTX 3060"),
+    ("NVIDIA A100-SXM4-80GB, 8.0, 575.51.03", "a100", "native", "NVIDIA A100"),
+    ("NVIDIA B300 SXM6 AC, 10.3, 580.65.06", "b200", "lower-minor", "NVIDIA B300"),
+    ("NVIDIA GeForce RTX 4090, [N/A], 470.82.01", "rtx4090", "native", "GeForce RTX 4090"),  # old driver: no compute_cap
+    ("Tesla P100-PCIE-16GB, 6.0, 535.104.05", None, "none", "Tesla P100"),
+])
+def test_detect_takes_the_compute_capability_from_the_driver(capsys, fake_smi, line, env, runs, known_as):
+    fake_smi([line])
+    code, out = run_cli(capsys, "detect", "--json")
+    g = json.loads(out)["gpus"][0]
+    assert (g["environment"], g["runs"], g["known_as"]) == (env, runs, known_as)
+    assert code == (0 if env else 1) and g["reason"]

@@ -1,10 +1,13 @@
 """The facts file: strict schema, a source on every row, and figures that hold together."""
 
+import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from mmstack import arch, facts
+from mmstack import facts
 from mmstack.errors import BadInput
 
 DATA = Path(facts.__file__).parent / "data" / facts.FACTS_FILE
@@ -17,7 +20,7 @@ def test_packaged_facts_load():
 
 def test_every_row_has_a_source():
     f = facts.load()
-    for row in (*f.gpu, *f.generation, *f.cuda_major):
+    for row in (*f.gpu, *f.generation, *f.cuda_major, *f.architecture):
         assert row.source.startswith("https://")
     for tk in f.cuda:
         assert tk.sources and all(s.startswith("https://") for s in tk.sources)
@@ -33,6 +36,19 @@ def test_every_row_has_a_source():
         ("GH200", "9.0", "h100"), ("B200", "10.0", "b200"), ("GB200", "10.0", "b200"),
         ("RTX 5090", "12.0", "rtx5090"), ("geforce rtx 5080", "12.0", "rtx5090"),
         ("RTX PRO 6000 Blackwell", "12.0", "rtx5090"), ("T4", "7.5", ""), ("RTX 2080", "7.5", ""),
+        # as nvidia-smi / NVML print them
+        ("NVIDIA A100-SXM4-80GB", "8.0", "a100"), ("NVIDIA H100 80GB HBM3", "9.0", "h100"),
+        ("Tesla V100-SXM2-16GB", "7.0", ""), ("NVIDIA GeForce RTX 3060 Laptop GPU", "8.6", "rtx3090"),
+        ("NVIDIA GeForce RTX 4090 Laptop GPU", "8.9", "rtx4090"), ("Tesla P100-PCIE-16GB", "6.0", ""),
+        ("NVIDIA RTX A5500 Laptop GPU", "8.6", "rtx3090"), ("NVIDIA GeForce GTX 1080 Ti", "6.1", ""),
+        ("NVIDIA RTX 6000 Ada Generation", "8.9", "rtx4090"), ("Quadro RTX 8000", "7.5", ""),
+        # China-market and cloud parts (same chip as a listed product)
+        ("NVIDIA H800", "9.0", "h100"), ("NVIDIA H20", "9.0", "h100"), ("NVIDIA A800-SXM4-80GB", "8.0", "a100"),
+        ("NVIDIA L20", "8.9", "rtx4090"), ("NVIDIA GeForce RTX 4090 D", "8.9", "rtx4090"), ("NVIDIA A10G", "8.6", "rtx3090"),
+        ("GeForce RTX 5090 D", "12.0", "rtx5090"),
+        # Jetson: no linux-64 environment serves it
+        ("Jetson AGX Orin", "8.7", ""), ("Jetson Nano", "5.3", ""), ("Jetson T5000", "11.0", ""),
+        ("NVIDIA B300", "10.3", ""), ("NVIDIA GB10", "12.1", ""),
     ],
 )
 def test_gpu_lookup(name, cc, env):
@@ -51,11 +67,124 @@ def test_every_generation_is_buildable_by_its_cuda_and_first_cuda_is_right():
         if not gen.is_gpu:
             continue
         assert gen.compute_capability in f.toolkit(gen.cuda).sass
+        assert f.first_cuda(gen.compute_capability) == gen.first_cuda
         first = f.first_toolkit_for(gen.compute_capability)
-        # the facts' first_cuda predates 11.8 for Ampere; the known toolkits start at 11.8
-        assert arch.parse_arch(gen.compute_capability) and first is not None
-        if facts.version_key(gen.first_cuda) >= (11, 8):
+        if facts.version_key(gen.first_cuda) >= (10, 2):  # the toolkit rows start at 10.2
             assert first.version == gen.first_cuda
+
+
+# First CUDA per architecture, from each toolkit's release notes (and Wikipedia's table before 10.2).
+@pytest.mark.parametrize("gpu, first", [
+    ("GeForce GTX 750 Ti", "6.0"), ("GeForce GTX 980", "6.5"), ("GeForce GTX 1080", "8.0"), ("NVIDIA V100", "9.0"),
+    ("NVIDIA T4", "10.0"), ("NVIDIA A100", "11.0"), ("GeForce RTX 3090", "11.1"), ("Jetson AGX Orin", "11.5"),
+    ("GeForce RTX 4090", "11.8"), ("NVIDIA H100", "11.8"), ("NVIDIA B200", "12.8"), ("NVIDIA B300", "12.9"),
+    ("GeForce RTX 5090", "12.8"), ("NVIDIA GB10", "12.9"), ("Jetson T5000", "13.0"),
+])
+def test_first_cuda(gpu, first):
+    f = facts.load()
+    assert f.first_cuda(f.find_gpu(gpu).compute_capability) == first
+
+
+def test_toolkits_10_2_to_13_2_without_12_7():
+    versions = [t.version for t in sorted(facts.load().cuda, key=lambda t: t.key)]
+    assert versions == ["10.2", "11.0", "11.1", "11.2", "11.3", "11.4", "11.5", "11.6", "11.7", "11.8", "12.0", "12.1",
+                        "12.2", "12.3", "12.4", "12.5", "12.6", "12.8", "12.9", "13.0", "13.1", "13.2"]
+
+
+# What each toolkit added, dropped and deprecated (release notes; the 11.x nvcc warning names
+# compute_35/37/50; 12.9 deprecates offline compilation before sm_75; 13.0 removes it).
+@pytest.mark.parametrize("version, added, dropped, deprecated", [
+    ("11.0", ("8.0",), ("3.0", "3.2"), ("3.5", "3.7", "5.0")),
+    ("11.1", ("8.6",), (), ("3.5", "3.7", "5.0")),
+    ("11.8", ("8.9", "9.0"), (), ("3.5", "3.7", "5.0")),
+    ("12.0", (), ("3.5", "3.7"), ()),
+    ("12.8", ("10.0", "10.1", "12.0"), (), ()),
+    ("12.9", ("10.3", "12.1"), (), ("5.0", "5.2", "5.3", "6.0", "6.1", "6.2", "7.0", "7.2")),
+    ("13.0", ("8.8", "11.0"), ("5.0", "5.2", "5.3", "6.0", "6.1", "6.2", "7.0", "7.2", "10.1"), ()),
+    ("13.2", (), (), ()),
+])
+def test_toolkit_changes(version, added, dropped, deprecated):
+    c = facts.load().changes(version)
+    assert (c.added, c.dropped, c.deprecated) == (added, dropped, deprecated)
+
+
+def test_newer_minor_is_answered_by_newest_row_and_12_7_is_bad_input():
+    f = facts.load()
+    tk, note = f.resolve_toolkit("13.5")
+    assert tk.version == "13.2" and "13.5" in note
+    assert f.resolve_toolkit("12.9") == (f.toolkit("12.9"), "")
+    with pytest.raises(BadInput, match="12.7"):
+        f.resolve_toolkit("12.7")
+
+
+# -- cross-checks against what was read from NVIDIA (tests/data/facts/) ---------------------------
+
+FIXTURES = Path(__file__).parent / "data" / "facts"
+
+
+def _lines(name: str) -> list[list[str]]:
+    text = (FIXTURES / name).read_text()
+    return [[p.strip() for p in ln.split("|")] for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
+
+
+def test_every_gpu_on_nvidias_lists_is_known_with_its_compute_capability():
+    f = facts.load()
+    rows = _lines("cuda-gpus.txt")
+    assert len(rows) > 100
+    for cc, name in rows:
+        gpu = f.lookup_gpu(name)
+        assert gpu is not None, f"{name} ({cc}) from NVIDIA's list is not in gpus.toml"
+        assert gpu.compute_capability == cc, name
+
+
+def test_driver_floors_equal_nvidias_table():
+    table = {name: driver for name, driver in _lines("cuda-driver-table.txt")}
+    for tk in facts.load().cuda:
+        assert table[f"CUDA {tk.version} GA"] == tk.min_driver, tk.version
+    assert facts.load().minor_compat_driver(11) == "450.80.02"
+
+
+def _sm_list(text: str) -> set[str]:
+    return {f"{int(t[3:-1])}.{t[-1]}" for t in text.split() if t.startswith("sm_")}
+
+
+def test_cuda_13_0_matches_recorded_nvcc_list():
+    recorded = _sm_list(" ".join(ln for ln in (FIXTURES / "nvcc-13.0-list-gpu-arch.txt").read_text().splitlines()
+                                if not ln.startswith("#")))
+    assert recorded == set(facts.load().toolkit("13.0").sass)
+
+
+def test_cuda_matches_this_machines_nvcc():
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.skip("nvcc is not on PATH")
+    version = re.search(r"release (\d+\.\d+)", subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout)
+    f = facts.load()
+    if version is None or version.group(1) not in {t.version for t in f.cuda}:
+        pytest.skip(f"nvcc {version and version.group(1)} is not a toolkit row of the facts")
+    out = subprocess.run([nvcc, "--list-gpu-code"], capture_output=True, text=True)
+    assert _sm_list(out.stdout) == set(f.toolkit(version.group(1)).sass)
+    virtual = subprocess.run([nvcc, "--list-gpu-arch"], capture_output=True, text=True).stdout
+    assert {f"{int(t[8:-1])}.{t[-1]}" for t in virtual.split() if t.startswith("compute_")} == set(f.toolkit(version.group(1)).sass)
+
+
+def test_same_chip_rows_agree_and_aliases_are_unique():
+    f = facts.load()
+    names = {}
+    for g in f.gpu:
+        if g.same_chip_as:
+            assert f.find_gpu(g.same_chip_as).compute_capability == g.compute_capability
+        for n in (g.name, *g.aliases):
+            assert names.setdefault(facts._norm(n), g.name) == g.name
+
+
+def test_coverage_of_nvidias_lists():
+    f = facts.load()
+    assert len(f.gpu) >= 200
+    ccs = {g.compute_capability for g in f.gpu}
+    assert {"5.0", "5.2", "5.3", "6.0", "6.1", "6.2", "7.0", "7.2", "7.5", "8.0", "8.6", "8.7", "8.9", "9.0",
+            "10.0", "10.3", "11.0", "12.0", "12.1"} == ccs
+    assert {g.segment for g in f.gpu} == set(facts.SEGMENTS)
 
 
 def test_cuda13_dropped_maxwell_pascal_volta_and_blackwell_needs_128():
@@ -73,7 +202,12 @@ def test_driver_floors_rise_with_the_toolkit():
     assert drivers == sorted(drivers)
     for t in ordered:  # minor-version compatibility floor is at or below each toolkit's own
         floor = f.minor_compat_driver(t.major)
-        assert floor and facts.version_key(floor) <= facts.version_key(t.min_driver)
+        if t.major < 11:  # minor-version compatibility began with CUDA 11
+            assert floor is None
+        elif t.version == "11.0":  # "CUDA 11.0 was released with an earlier driver" (release notes, table 2 note)
+            assert facts.version_key(floor) > facts.version_key(t.min_driver)
+        else:
+            assert floor and facts.version_key(floor) <= facts.version_key(t.min_driver)
 
 
 def _write(tmp_path, text):
@@ -83,8 +217,23 @@ def _write(tmp_path, text):
 
 
 def test_unknown_field_fails(tmp_path):
-    text = DATA.read_text().replace('architecture = "Turing"', 'architecture = "Turing"\nboost_clock = 1590', 1)
+    text = DATA.read_text().replace('segment = "datacenter"', 'segment = "datacenter"\nboost_clock = 1590', 1)
     with pytest.raises(BadInput, match=r"gpu\.0\.boost_clock"):
+        facts.load_file(_write(tmp_path, text))
+
+
+def test_derived_fields_are_refused(tmp_path):
+    text = DATA.read_text().replace('segment = "datacenter"', 'segment = "datacenter"\ngeneration = "h100"', 1)
+    with pytest.raises(BadInput, match=r"gpu\.0\.generation: derived"):
+        facts.load_file(_write(tmp_path, text))
+
+
+def test_same_chip_mismatch_and_alias_clash_fail(tmp_path):
+    text = DATA.read_text().replace('same_chip_as = "NVIDIA H100"', 'same_chip_as = "NVIDIA A100"', 1)
+    with pytest.raises(BadInput, match="same_chip_as"):
+        facts.load_file(_write(tmp_path, text))
+    text = DATA.read_text().replace('aliases = ["L4"]', 'aliases = ["L4", "H100"]', 1)
+    with pytest.raises(BadInput, match="also names"):
         facts.load_file(_write(tmp_path, text))
 
 

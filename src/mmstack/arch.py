@@ -18,6 +18,7 @@ https://docs.nvidia.com/cuda/cuda-c-programming-guide/index.html#binary-compatib
 
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass
 from enum import Enum
@@ -83,7 +84,7 @@ def parse_arch_list(text: str, *, where: str = "--arch-list") -> tuple[Target, .
 
     def bad(token: str) -> BadInput:
         return BadInput(
-            f"{where}: cannot read arch {token!r} in {text!r}",
+            f"{where}: cannot read arch {token!r} in {text!r}{_did_you_mean_arch(token)}",
             fix="use '8.9', '9.0a', '12.0+PTX', 'sm_89', 'compute_89' or -gencode=arch=compute_XY,code=sm_XY",
         )
 
@@ -131,6 +132,25 @@ def parse_arch_list(text: str, *, where: str = "--arch-list") -> tuple[Target, .
             raise bad(token)
         targets.add(t)
     return tuple(sorted(targets))
+
+
+def _spellings() -> list[str]:
+    """Every spelling of every arch some toolkit of the facts targets."""
+    from .facts import load
+
+    archs = {a for tk in load().cuda for a in (*tk.sass, *tk.arch_specific)}
+    return [s for a in archs for s in (a, f"sm_{a.replace('.', '')}", f"compute_{a.replace('.', '')}")]
+
+
+def _did_you_mean_arch(token: str) -> str:
+    """A likely meant spelling: '89' -> '8.9', '120' -> '12.0', 'sm_9x' -> 'sm_90'."""
+    t = token.strip().lower()
+    if re.fullmatch(r"\d{1,3}", t):
+        guess = f"{t}.0" if len(t) == 1 else f"{t[:-1]}.{t[-1]}"
+    else:
+        close = difflib.get_close_matches(t, _spellings(), n=1, cutoff=0.6)
+        guess = close[0] if close else None
+    return f"; did you mean {guess!r}?" if guess else ""
 
 
 def _sm_token(token: str) -> Target | None:
@@ -225,6 +245,49 @@ def newest_buildable(targets, facts: Facts) -> list[str]:
     ]
 
 
+# -- which environment serves a GPU -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Serving:
+    env: str | None  # the mmstack environment that runs this GPU best, None when none does
+    coverage: Coverage  # how that environment's build runs on it (NONE when env is None)
+    reason: str
+
+    def as_dict(self) -> dict:
+        return {"env": self.env, "coverage": self.coverage.value, "reason": self.reason}
+
+
+_ORDER = {Coverage.NONE: 0, Coverage.PTX_JIT: 1, Coverage.LOWER_MINOR: 2, Coverage.NATIVE: 3}
+
+
+def serving_env(facts: Facts, cc: str, *, segment: str = "") -> Serving:
+    """The environment whose build runs a GPU of compute capability `cc`: natively, on lower-minor
+    SASS of the same major, through PTX, or none. Each generation environment carries only its own
+    SASS (conda_build_config.yaml: one arch per generation), so the rules of `coverage` decide."""
+    if segment == "jetson":
+        return Serving(None, Coverage.NONE, "Jetson modules run linux-aarch64 (JetPack); mmstack's environments are"
+                       " linux-64: use NVIDIA's JetPack builds of torch and build mmcv there")
+    gpu = parse_arch(cc, where="compute capability")
+    best: tuple[Coverage, str] | None = None
+    for gen in facts.generation:
+        if not gen.is_gpu:
+            continue
+        result = coverage(gpu, (Target(parse_arch(gen.compute_capability), "sass"),))
+        if result.coverage is not Coverage.NONE and (best is None or _ORDER[result.coverage] > _ORDER[best[0]]):
+            best = (result.coverage, gen.env)
+    if best is None:
+        can = [t.version for t in sorted(facts.toolkits_for(str(gpu)), key=lambda t: t.key)]
+        cuda = f"CUDA {' or '.join(_ranges(can))}" if can else f"CUDA >= {facts.first_cuda(str(gpu)) or '?'}"
+        return Serving(None, Coverage.NONE, f"no mmstack environment carries SASS or PTX that runs on {gpu} ({gpu.sm});"
+                       f" build mmcv with TORCH_CUDA_ARCH_LIST={gpu} ({cuda})")
+    cov, env = best
+    how = {Coverage.NATIVE: f"native {gpu.sm} SASS",
+           Coverage.LOWER_MINOR: f"SASS of {facts.env(env).compute_capability} (same major, lower minor: runs, not tuned)",
+           Coverage.PTX_JIT: "PTX JIT"}[cov]
+    return Serving(env, cov, f"the {env} environment runs it with {how}")
+
+
 # -- the answer `mmstack arch check` gives -----------------------------------------------------
 
 
@@ -234,60 +297,174 @@ class Assessment:
     compute_capability: str
     arch_list: str
     cuda: str | None
-    verdict: str  # "native", "lower-minor", "ptx-jit", "will-not-run", "cannot-build"
+    verdict: str  # "native", "lower-minor", "ptx-jit", "will-not-run", "cannot-build", "no-cuda-code"
     ok: bool  # runs (possibly with a warning) and can be built
     warning: bool
     reason: str
     fix: str
+    notes: tuple[str, ...] = ()
+    files: tuple[dict, ...] = ()  # per CUDA object of a package: path, sass, ptx, verdict
 
     def as_dict(self) -> dict:
-        return dict(self.__dict__)
+        d = dict(self.__dict__)
+        d["notes"], d["files"] = list(self.notes), list(self.files)
+        return d
 
 
-def assess(facts: Facts, *, gpu_name: str, arch_list: str, cuda: str | None = None) -> Assessment:
-    """Will a build of `arch_list` (with CUDA `cuda`) run on `gpu_name`? Why not, and the fix."""
+@dataclass(frozen=True)
+class _Subject:
+    name: str
+    cc: Arch
+    gpu: object | None  # facts.Gpu when the name is known
+
+
+def _subject(facts: Facts, gpu_name: str | None, cc: str | None) -> _Subject:
+    """The GPU being asked about: a known name, or a compute capability (named or not)."""
+    if cc is not None:
+        arch = parse_arch(cc, where="--cc")
+        if arch.suffix:
+            raise BadInput(f"--cc {cc!r}: a GPU's compute capability has no 'a'/'f' suffix", fix=f"--cc {arch.plain}")
+        known = facts.lookup_gpu(gpu_name) if gpu_name else None
+        if known is not None and known.compute_capability != str(arch):
+            raise BadInput(f"--gpu {gpu_name!r} is compute capability {known.compute_capability}, not {arch}",
+                           fix="drop --cc, or name the GPU it belongs to")
+        return _Subject(known.name if known else (gpu_name or f"GPU (--cc {arch})"), arch, known)
+    if not gpu_name:
+        raise BadInput("name the GPU: --gpu NAME or --cc X.Y", fix="e.g. --gpu 'RTX 4090' or --cc 8.9")
     gpu = facts.find_gpu(gpu_name)
-    cc = parse_arch(gpu.compute_capability, where="facts")
+    return _Subject(gpu.name, parse_arch(gpu.compute_capability, where="facts"), gpu)
+
+
+def _install_hint(facts: Facts, who: _Subject) -> str:
+    served = serving_env(facts, str(who.cc), segment=getattr(who.gpu, "segment", ""))
+    first = facts.first_cuda(str(who.cc)) or "?"
+    if served.env and served.coverage is Coverage.NATIVE:
+        return (f"install the {served.env} environment (`pixi run -e {served.env} verify`, or conda"
+                f" \"mmcv=*=cuda*_sm{who.cc.major}{who.cc.minor}*\" from an mmstack channel)")
+    base = f"a build that carries {who.cc} SASS (TORCH_CUDA_ARCH_LIST={who.cc}, CUDA >= {first})"
+    if served.env:
+        how = {Coverage.LOWER_MINOR: "runs, not tuned", Coverage.PTX_JIT: "PTX JIT"}[served.coverage]
+        return f"{base}, or the {served.env} environment ({how})"
+    return base
+
+
+def _dropped_in(facts: Facts, arch: str, tk) -> str | None:
+    """The toolkit (at or before `tk`) that dropped `arch` after an older one targeted it."""
+    ordered = [t for t in sorted(facts.cuda, key=lambda t: t.key) if t.key <= tk.key]
+    for older, newer in zip(ordered, ordered[1:]):
+        if arch in older.sass and arch not in newer.sass:
+            return newer.version
+    return None
+
+
+def assess(facts: Facts, *, gpu_name: str | None = None, arch_list: str, cuda: str | None = None,
+           cc: str | None = None) -> Assessment:
+    """Will a build of `arch_list` (with CUDA `cuda`) run on the GPU? Why not, and the fix."""
+    who = _subject(facts, gpu_name, cc)
     targets = parse_arch_list(arch_list)
-    canonical = format_arch_list(targets)
-    env_hint = f"the {gpu.generation} environment" if gpu.generation else "a build for it"
-    first = facts.first_toolkit_for(str(cc))
-    need_cuda = first.version if first else "?"
-    common = dict(gpu=gpu.name, compute_capability=str(cc), arch_list=canonical, cuda=cuda)
+    return _verdict(facts, who, targets, cuda=cuda, arch_list=format_arch_list(targets))
+
+
+def _verdict(facts: Facts, who: _Subject, targets, *, cuda: str | None, arch_list: str,
+             notes: tuple[str, ...] = (), files: tuple[dict, ...] = ()) -> Assessment:
+    cc = who.cc
+    need_cuda = facts.first_cuda(str(cc)) or "?"
+    hint = _install_hint(facts, who)
+    common = dict(gpu=who.name, compute_capability=str(cc), arch_list=arch_list, cuda=cuda, files=files)
+    notes = tuple(notes)
 
     if cuda is not None:
-        missing = unbuildable(targets, cuda, facts)
+        tk, note = facts.resolve_toolkit(cuda)
+        notes += (note,) if note else ()
+        known = set(tk.sass) | set(tk.arch_specific)
+        missing = [t for t in targets if str(t.arch) not in known]
+        deprecated = sorted({str(t.arch) for t in targets if str(t.arch) in tk.deprecated}, key=version_key)
+        if deprecated:
+            notes += (f"CUDA {tk.version}'s nvcc warns that {', '.join(deprecated)} are deprecated",)
         if missing:
             names = ", ".join(t.arch.sm if t.kind == "sass" else t.arch.compute for t in missing)
             able = newest_buildable(targets, facts)
+            why = f"CUDA {cuda}'s nvcc cannot target {names}"
+            drops = sorted({_dropped_in(facts, str(t.arch), tk) for t in missing} - {None}, key=version_key)
+            if drops:
+                why += " (dropped in CUDA " + ", ".join(drops) + ")"
             return Assessment(
-                **common, verdict="cannot-build", ok=False, warning=False,
-                reason=f"CUDA {cuda}'s nvcc cannot target {names}",
-                fix=(f"use CUDA >= {able[0]}" if able else "drop those archs") + f" (the {gpu.name} needs CUDA >= {need_cuda})",
+                **common, verdict="cannot-build", ok=False, warning=False, reason=why, notes=notes,
+                fix=(f"use CUDA {' or '.join(_ranges(able))}" if able else "drop those archs")
+                + f" (the {who.name} needs CUDA >= {need_cuda})",
             )
+        if str(cc) not in tk.sass:
+            can = [t.version for t in sorted(facts.toolkits_for(str(cc)), key=lambda t: t.key)]
+            notes += (f"CUDA {tk.version}'s nvcc cannot emit {cc.sm} itself"
+                      + (f" (CUDA {' or '.join(_ranges(can))} can)" if can else ""),)
 
     result = coverage(cc, targets)
     sm = cc.sm
     if result.coverage is Coverage.NONE:
         return Assessment(
-            **common, verdict="will-not-run", ok=False, warning=False,
-            reason=f"{gpu.name} is compute capability {cc} ({sm}); the build holds no {sm} SASS and no PTX at or below {cc}"
-            " (\"no kernel image is available for execution on the device\")",
-            fix=f"add {cc} to the arch list (needs CUDA >= {need_cuda}) or install {env_hint}",
+            **common, verdict="will-not-run", ok=False, warning=False, notes=notes,
+            reason=f"{who.name}: compute capability {cc} ({sm}); the build holds no {sm} SASS (nor {cc.major}.x SASS"
+            f" below it) and no PTX at or below {cc} (\"no kernel image is available for execution on the device\")",
+            fix=f"add {cc} to the arch list (needs CUDA >= {need_cuda}), or {hint}",
         )
     if result.coverage is Coverage.NATIVE:
-        return Assessment(**common, verdict="native", ok=True, warning=False,
-                          reason=f"SASS for {result.target.arch} runs natively on {gpu.name} ({cc})", fix="")
+        return Assessment(**common, verdict="native", ok=True, warning=False, notes=notes,
+                          reason=f"SASS for {result.target.arch} runs natively on {who.name} ({cc})", fix="")
     if result.coverage is Coverage.LOWER_MINOR:
         return Assessment(
-            **common, verdict="lower-minor", ok=True, warning=True,
+            **common, verdict="lower-minor", ok=True, warning=True, notes=notes,
             reason=f"runs on {result.target.arch} SASS (same major, lower minor), not tuned for {cc}",
-            fix=f"add {cc} to the arch list for native code",
+            fix=f"add {cc} to the arch list for native code, or {hint}",
         )
     ptx_tk = cuda or "the building toolkit"
     return Assessment(
-        **common, verdict="ptx-jit", ok=True, warning=True,
-        reason=f"runs only through PTX JIT from compute_{result.target.arch.major}{result.target.arch.minor}: slow first start,"
-        f" and the driver must be at least as new as {ptx_tk}",
-        fix=f"add {cc} to the arch list (needs CUDA >= {need_cuda}) or install {env_hint}",
+        **common, verdict="ptx-jit", ok=True, warning=True, notes=notes,
+        reason=f"runs only through PTX JIT from compute_{result.target.arch.major}{result.target.arch.minor}: slow first"
+        f" start, and the driver must be at least as new as {ptx_tk}",
+        fix=f"add {cc} to the arch list (needs CUDA >= {need_cuda}), or {hint}",
     )
+
+
+def _ranges(versions: list[str]) -> list[str]:
+    """['11.8', '12.0', ..., '12.9'] -> ['11.8..12.9'] (consecutive rows of the facts)."""
+    if not versions:
+        return []
+    return [versions[0] if len(versions) == 1 else f"{versions[0]}..{versions[-1]}"]
+
+
+def assess_package(facts: Facts, listings, *, package: str, gpu_name: str | None = None,
+                   cc: str | None = None) -> Assessment:
+    """Will a package (its CUDA objects, read by mmstack.fatbin) run on the GPU?
+
+    Every object carrying CUDA code must run: the package's verdict is its weakest object's."""
+    who = _subject(facts, gpu_name, cc)
+    cuda_objects = [lst for lst in listings if lst.sass or lst.ptx]
+    if not cuda_objects:
+        where = f"{len(listings)} shared object(s)" if listings else "no shared object"
+        return Assessment(
+            gpu=who.name, compute_capability=str(who.cc), arch_list="", cuda=None, verdict="no-cuda-code",
+            ok=False, warning=False, reason=f"{package}: {where}, none with CUDA code (a CPU build): it never uses the GPU",
+            fix=f"install a CUDA build: {_install_hint(facts, who)}",
+        )
+    files, worst = [], None
+    for lst in cuda_objects:
+        targets = tuple([Target(parse_arch(a), "sass") for a in lst.sass] + [Target(parse_arch(a), "ptx") for a in lst.ptx])
+        res = coverage(who.cc, targets)
+        files.append({"path": lst.path, "sass": list(lst.sass), "ptx": list(lst.ptx), "verdict": res.coverage.value})
+        if worst is None or _ORDER[res.coverage] < _ORDER[worst[0]]:
+            worst = (res.coverage, targets, lst)
+    cov, targets, weakest = worst
+    a = _verdict(facts, who, targets, cuda=None, arch_list=format_arch_list(targets), files=tuple(files))
+    others = len(cuda_objects) - 1
+    label = weakest.path.split("!")[-1]
+    prefix = f"{label} (the weakest of {len(cuda_objects)} CUDA objects): " if others else f"{label}: "
+    can = [t.version for t in sorted(facts.toolkits_for(str(who.cc)), key=lambda t: t.key)]
+    built_by = f"built by CUDA {' or '.join(_ranges(can))}" if can else "built by a toolkit that targets it"
+    mmcv = f"; for mmcv: {_install_hint(facts, who)}"
+    fix = {
+        Coverage.NONE: f"install a build of this package that carries {who.cc} SASS ({built_by}){mmcv}",
+        Coverage.PTX_JIT: f"runs; for native code install a build with {who.cc} SASS ({built_by}){mmcv}",
+        Coverage.LOWER_MINOR: f"runs; for code tuned to {who.cc} install a build with {who.cc} SASS ({built_by})",
+        Coverage.NATIVE: "",
+    }[cov]
+    return Assessment(**{**a.__dict__, "reason": prefix + a.reason, "fix": fix})

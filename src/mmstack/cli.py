@@ -27,25 +27,29 @@ JSON = typer.Option(False, "--json", help="Machine-readable output for CI.")
 
 
 @app.command()
-def gpus(name: Optional[str] = typer.Argument(None, help="A GPU name or alias, e.g. 'RTX 4090'."),
+def gpus(name: Optional[str] = typer.Argument(None, help="A GPU name or alias, e.g. 'RTX 4090' (as nvidia-smi prints it)."),
+         arch: Optional[str] = typer.Option(None, "--arch", help="Only GPUs of this compute capability or major: 8.6, sm_86, 8 (or 8.x)."),
+         env: Optional[str] = typer.Option(None, "--env", help="Only GPUs this environment runs (natively or not), or 'none'."),
          json: bool = JSON) -> None:
-    """Known GPUs and their generations; or one GPU's facts."""
+    """Known GPUs: compute capability, first CUDA, the environment that serves each (or none); or one GPU's facts."""
     from .commands.facts_cmds import run_gpus
 
-    raise typer.Exit(run_gpus(name=name, as_json=json))
+    raise typer.Exit(run_gpus(name=name, arch=arch, env=env, as_json=json))
 
 
 @arch_app.command("check")
 def arch_check(
-    gpu: str = typer.Option(..., "--gpu", help="GPU name, e.g. 'RTX 5090'."),
-    arch_list: str = typer.Option(..., "--arch-list", help="e.g. '8.9;9.0+PTX', 'sm_90', a -gencode flag."),
-    cuda: Optional[str] = typer.Option(None, "--cuda", help="CUDA toolkit that builds it, e.g. 12.8."),
+    gpu: Optional[str] = typer.Option(None, "--gpu", help="GPU name, e.g. 'RTX 5090' or 'NVIDIA A100-SXM4-80GB'."),
+    cc: Optional[str] = typer.Option(None, "--cc", help="The GPU's compute capability (8.6 or sm_86), for a name the facts lack."),
+    arch_list: Optional[str] = typer.Option(None, "--arch-list", help="e.g. '8.9;9.0+PTX', 'sm_90', a -gencode flag."),
+    package: Optional[Path] = typer.Option(None, "--package", help="A .whl, .conda, .tar.bz2 or .so: read its SASS/PTX instead of --arch-list."),
+    cuda: Optional[str] = typer.Option(None, "--cuda", help="CUDA toolkit that builds it, e.g. 12.8 (with --arch-list)."),
     json: bool = JSON,
 ) -> None:
-    """Will a build with ARCH_LIST run on GPU? Exit 0 runs natively (warnings for JIT/lower minor), 1 not."""
+    """Will a build (an arch list, or a package's CUDA code) run on GPU? Exit 0 runs (warnings for JIT/lower minor), 1 not."""
     from .commands.facts_cmds import run_arch_check
 
-    raise typer.Exit(run_arch_check(gpu=gpu, arch_list=arch_list, cuda=cuda, as_json=json))
+    raise typer.Exit(run_arch_check(gpu=gpu, cc=cc, arch_list=arch_list, package=package, cuda=cuda, as_json=json))
 
 
 @app.command()

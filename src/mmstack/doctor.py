@@ -15,7 +15,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
-from .arch import Coverage
+from .arch import Coverage, serving_env
 from .compat import coverage_message, driver_compat, environment_for, ext_coverage, install_hint
 from .facts import Facts
 
@@ -72,11 +72,27 @@ def detect_gpus() -> tuple[list[dict], str, list[str]]:
 
 
 def assign_envs(gpus: list[dict], facts: Facts) -> list[dict]:
-    """Each GPU with the environment that serves it (None when none does)."""
+    """Each GPU with the environment that serves it (None when none does).
+
+    The compute capability NVML / nvidia-smi report decides; the name only fills it in when the
+    driver did not report one, so a GPU the facts do not know by name still gets its environment."""
     out = []
     for g in gpus:
-        env = environment_for(facts, name=g["name"], cc=g.get("compute_capability"))
-        out.append({**g, "environment": env, "command": f"pixi run -e {env} verify" if env else None})
+        known = facts.lookup_gpu(g["name"]) if g.get("name") else None
+        cc = g.get("compute_capability")
+        if not (isinstance(cc, str) and re.fullmatch(r"\d{1,2}\.\d", cc)):
+            cc = known.compute_capability if known else None
+        if cc is None:
+            out.append({**g, "compute_capability": g.get("compute_capability"), "known_as": None, "environment": None,
+                        "runs": "unknown", "reason": "neither the driver nor the facts give this GPU's compute capability",
+                        "command": None})
+            continue
+        segment = known.segment if known is not None and known.compute_capability == cc else ""
+        served = serving_env(facts, cc, segment=segment)
+        out.append({**g, "compute_capability": cc,
+                    "known_as": known.name if known is not None and known.compute_capability == cc else None,
+                    "environment": served.env, "runs": served.coverage.value, "reason": served.reason,
+                    "command": f"pixi run -e {served.env} verify" if served.env else None})
     return out
 
 

@@ -49,9 +49,9 @@ def run_detect(*, as_json: bool) -> int:
         report.print_json({"gpus": gpus, "source": source, "notes": notes,
                            "environments": envs if gpus else ["cpu"], "suggest": suggest})
     elif gpus:
-        report.print_table(["#", "GPU", "CC", "driver", "environment", "run"],
+        report.print_table(["#", "GPU", "CC", "driver", "environment", "runs", "run"],
                            [(g["index"], g["name"], g["compute_capability"], g["driver"], g["environment"] or "none",
-                             g["command"] or "no environment serves this GPU (see `mmstack gpus`)") for g in gpus],
+                             g["runs"], g["command"] or g["reason"]) for g in gpus],
                            title=f"local GPUs (from {source})")
     else:
         report.console().print(f"no NVIDIA GPU found ({'; '.join(notes)}); use the cpu environment: {suggest[0]}",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json as jsonlib
+import re
 from pathlib import Path
 
 from .. import arch as archmod
@@ -11,25 +12,47 @@ from ..errors import BadInput
 from ..facts import load
 
 
-def run_gpus(*, name: str | None, as_json: bool) -> int:
+def _gpu_row(facts, gpu) -> dict:
+    served = archmod.serving_env(facts, gpu.compute_capability, segment=gpu.segment)
+    return {
+        "name": gpu.name,
+        "compute_capability": gpu.compute_capability,
+        "architecture": gpu.architecture,
+        "segment": gpu.segment,
+        "first_cuda": facts.first_cuda(gpu.compute_capability),
+        "environment": served.env,
+        "environment_runs": served.coverage.value,
+        "environment_reason": served.reason,
+    }
+
+
+def _arch_filter(text: str):
+    """'8.6' / 'sm_86' -> exactly that capability; '8' / '8.x' / 'sm_8x' -> the whole major."""
+    t = text.strip().lower()
+    m = re.fullmatch(r"(\d{1,2})(?:\.x)?|sm_(\d{1,2})x", t)
+    if m:
+        major = int(m.group(1) or m.group(2))
+        return lambda cc: archmod.parse_arch(cc).major == major
+    want = archmod.parse_arch(text, where="--arch")
+    return lambda cc: archmod.parse_arch(cc) == want.plain
+
+
+def run_gpus(*, name: str | None, as_json: bool, arch: str | None = None, env: str | None = None) -> int:
     facts = load()
     if name:
         gpu = facts.find_gpu(name)
         cc = gpu.compute_capability
-        first = facts.first_toolkit_for(cc)
-        gen = facts.env(gpu.generation) if gpu.generation else None
+        row = _gpu_row(facts, gpu)
+        gen = facts.env(row["environment"]) if row["environment"] else None
         data = {
-            "name": gpu.name,
+            **row,
             "aliases": list(gpu.aliases),
-            "compute_capability": cc,
             "sm": archmod.parse_arch(cc).sm,
-            "architecture": gpu.architecture,
-            "environment": gpu.generation or None,
-            "first_cuda": first.version if first else None,
-            "cuda_versions": [t.version for t in facts.toolkits_for(cc)],
+            "cuda_versions": [t.version for t in sorted(facts.toolkits_for(cc), key=lambda t: t.key)],
             "env_cuda": gen.cuda if gen else None,
             "min_driver_for_env_cuda": facts.toolkit(gen.cuda).min_driver if gen else None,
-            "verify": f"pixi run -e {gpu.generation} verify" if gpu.generation else None,
+            "verify": f"pixi run -e {gen.env} verify" if gen else None,
+            "same_chip_as": gpu.same_chip_as or None,
             "source": gpu.source,
         }
         if as_json:
@@ -38,34 +61,57 @@ def run_gpus(*, name: str | None, as_json: bool) -> int:
             report.print_table(["field", "value"], [(k, ", ".join(v) if isinstance(v, list) else v) for k, v in data.items()],
                                title=gpu.name)
         return 0
+    keep_arch = _arch_filter(arch) if arch else (lambda cc: True)
+    if env is not None and env != "none":
+        facts.env(env)  # unknown env: exit 2 with a did-you-mean
     rows = []
     for gpu in sorted(facts.gpu, key=lambda g: (archmod.parse_arch(g.compute_capability), g.name)):
-        first = facts.first_toolkit_for(gpu.compute_capability)
-        rows.append({
-            "name": gpu.name,
-            "compute_capability": gpu.compute_capability,
-            "architecture": gpu.architecture,
-            "environment": gpu.generation or None,
-            "first_cuda": first.version if first else None,
-        })
+        if not keep_arch(gpu.compute_capability):
+            continue
+        row = _gpu_row(facts, gpu)
+        if env is not None and (row["environment"] or "none") != env:
+            continue
+        rows.append(row)
     if as_json:
         report.print_json(rows)
     else:
-        report.print_table(["GPU", "CC", "architecture", "env", "first CUDA"],
-                           [(r["name"], r["compute_capability"], r["architecture"], r["environment"] or "-",
-                             r["first_cuda"]) for r in rows], title="Known GPUs")
+        runs = {"native": "native", "lower-minor": "lower minor", "ptx-jit": "PTX JIT", "none": "-"}
+        report.print_table(["GPU", "CC", "architecture", "first CUDA", "env", "runs"],
+                           [(r["name"], r["compute_capability"], r["architecture"], r["first_cuda"],
+                             r["environment"] or "none", runs[r["environment_runs"]]) for r in rows],
+                           title=f"{len(rows)} GPUs" + (f" (--arch {arch})" if arch else "") + (f" (--env {env})" if env else ""))
     return 0
 
 
-def run_arch_check(*, gpu: str, arch_list: str, cuda: str | None, as_json: bool) -> int:
-    a = archmod.assess(load(), gpu_name=gpu, arch_list=arch_list, cuda=cuda)
+def run_arch_check(*, gpu: str | None, arch_list: str | None, cuda: str | None, as_json: bool,
+                   cc: str | None = None, package: Path | None = None) -> int:
+    facts = load()
+    if (arch_list is None) == (package is None):
+        raise BadInput("give exactly one of --arch-list LIST or --package PATH",
+                       fix="e.g. --arch-list '8.6;9.0+PTX' or --package torchvision-*.whl")
+    if package is not None:
+        if cuda is not None:
+            raise BadInput("--cuda goes with --arch-list (a package is already built)", fix="drop --cuda")
+        if gpu is None and cc is None:
+            raise BadInput("name the GPU: --gpu NAME or --cc X.Y", fix="e.g. --gpu 'RTX 4090' or --cc 8.9")
+        from ..fatbin import list_fatbins
+
+        a = archmod.assess_package(facts, list_fatbins(package), package=str(package), gpu_name=gpu, cc=cc)
+    else:
+        a = archmod.assess(facts, gpu_name=gpu, cc=cc, arch_list=arch_list, cuda=cuda)
     if as_json:
         report.print_json(a.as_dict())
     else:
         label = {"native": "OK", "lower-minor": "WARN", "ptx-jit": "WARN"}.get(a.verdict, "FAIL")
+        what = f"{package.name}" if package is not None else f"[bold]{a.arch_list}[/]"
         report.console().print(f"{report.status_style(label)} {a.gpu} (sm {a.compute_capability}) with "
-                               f"[bold]{a.arch_list}[/]{f' on CUDA {a.cuda}' if a.cuda else ''}: {a.verdict}")
+                               f"{what}{f' on CUDA {a.cuda}' if a.cuda else ''}: {a.verdict}")
         report.console().print(f"  why: {a.reason}", markup=False)
+        for note in a.notes:
+            report.console().print(f"  note: {note}", markup=False)
+        for f in a.files:
+            report.console().print(f"  file: {f['path'].split('!')[-1]}: SASS [{', '.join(f['sass']) or '-'}],"
+                                   f" PTX [{', '.join(f['ptx']) or '-'}] -> {f['verdict']}", markup=False)
         if a.fix:
             report.console().print(f"  fix: {a.fix}", markup=False)
     return 0 if a.ok else 1
