@@ -274,9 +274,9 @@ def test_pypi_torch_next_to_conda_mmcv_fails(tree, facts_128):
 
 def test_missing_lock(tree, facts_128, capsys):
     (tree / "pixi.lock").unlink()
-    assert run_lock_check(root=tree, facts=facts_128) == 1
-    assert "no pixi.lock [missing-lock] (fix: mmstack lock)" in capsys.readouterr().out
-    assert run_lock_check(root=tree, facts=facts_128, allow_missing=True) == 0
+    assert run_lock_check(root=tree, facts=facts_128, require_lock=True) == 1
+    assert "no pixi.lock (--require-lock) [missing-lock] (fix: mmstack lock)" in capsys.readouterr().out
+    assert run_lock_check(root=tree, facts=facts_128) == 0
 
 
 def test_malformed_lock_is_bad_input(tree, facts_128):

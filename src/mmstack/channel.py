@@ -78,7 +78,7 @@ def add_packages(channel: str | os.PathLike[str], packages: Iterable[str | os.Pa
                 dest.parent.mkdir(exist_ok=True)
                 tmp = dest.with_name(f".{pkg.name}.partial-{os.getpid()}")
                 shutil.move(os.fspath(pkg), tmp)  # a copy when crossing filesystems
-                tmp.chmod(0o644)  # rattler-build writes 0600; a channel is read by others (conda, HTTP)
+                tmp.chmod(0o666 & ~_umask())  # rattler-build writes 0600; honour the umask like any file a user writes
                 staged.append((tmp, dest))
         except BaseException:
             for tmp, _ in staged:
@@ -222,3 +222,10 @@ def _virtual(spec: str):
     version, _, build = rest.partition("=")
     return rattler.GenericVirtualPackage(rattler.PackageName(name), rattler.Version(version or "0"),
                                          rattler.BuildString(build or "0"))
+
+
+def _umask() -> int:
+    """The process umask (read by setting it and restoring it at once)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask

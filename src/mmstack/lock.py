@@ -154,6 +154,13 @@ def render_env_yml(env: EnvSpec, facts: Facts) -> str:
     return "\n".join(lines) + "\n"
 
 
+def conda_lock_hash(env: EnvSpec, plat: Platform, facts: Facts) -> str:
+    """The content_hash conda-lock computes for `conda-lock lock -f envs/<env>.yml -p <subdir>
+    --virtual-package-spec envs/<env>.virtual-packages.yml` (lockfile.conda_lock_content_hash)."""
+    return lockfile.conda_lock_content_hash(specs=[_conda_spec(s) for s in env.specs], channels=list(env.channels),
+                                            subdir=plat.subdir, virtual_packages=virtual_packages(env, plat, facts))
+
+
 def _conda_spec(s) -> str:
     """`mmcv=2.2.0=cuda129_sm89_*`, `python=3.11`, `py-rattler>=0.28` (conda's spellings)."""
     ver = s.version or "*"
@@ -236,9 +243,13 @@ def run_lock(*, root: Path = Path("."), envs: list[str] | None = None, channels:
         locked = _locked(name, plat, chans, records)
         digests = policy.input_digests(env, inputs.facts, inputs.matrix)
         sources = ["../pixi.toml"] + ([f"{name}.yml"] if lockfile.env_yml_path(root, name) in ymls else [])
+        vps = virtual_packages(env, plat, inputs.facts)
         doc = lockfile.conda_lock_document(env=locked, channels=chans, sources=sources, digests=digests,
-                                           content_hash=policy.digest(digests))
+                                           content_hash=conda_lock_hash(env, plat, inputs.facts))
         files[lockfile.conda_lock_path(root, name)] = lockfile.text_writer(lockfile.dump_yaml(doc))
+        files[lockfile.vp_spec_path(root, name)] = lockfile.text_writer(
+            f"# conda-lock --virtual-package-spec for {name}: what `mmstack lock` solved with.\n"
+            + lockfile.dump_yaml(lockfile.conda_lock_virtual_package_spec(plat.subdir, vps)))
     lockfile.write_atomically(files)
 
     for name, (plat, chans, records) in solved.items():
@@ -272,9 +283,16 @@ def _print_changes(name: str, before: LockedEnv | None, after: LockedEnv) -> Non
 # -- mmstack lock check -----------------------------------------------------------------------------
 
 
+# One rule for a tree without pixi.lock, shared by `mmstack lock check` and `mmstack check`: a
+# pixi.lock is optional (this repository commits none; envs/README.md says why). Without one there
+# is nothing locked to check: both commands check pixi.toml and envs/*.yml, say NO_LOCK, and pass
+# on those. `--require-lock` (for a tree that commits its lock) makes the absence a failure.
+NO_LOCK = "no pixi.lock: nothing locked to check (`mmstack lock` writes one)"
+
+
 def collect_problems(*, root: Path = Path("."), envs: list[str] | None = None, channels: list[str] | None = None,
                      facts: Facts | None = None, config: Path | None = None,
-                     allow_missing: bool = False) -> tuple[list[policy.Problem], str]:
+                     require_lock: bool = False) -> tuple[list[policy.Problem], str]:
     """All problems (manifest drift, env ymls, locks) and a one-line summary of what was checked."""
     inputs = _inputs(root, facts, config, channels)
     problems = policy.manifest_problems(inputs.manifest, inputs.facts, inputs.matrix)
@@ -294,10 +312,9 @@ def collect_problems(*, root: Path = Path("."), envs: list[str] | None = None, c
 
     lock_path = root / lockfile.PIXI_LOCK
     if not lock_path.is_file():
-        if allow_missing:
-            return problems, f"pixi.toml agrees with the facts and the matrix ({len(names)} environments); no pixi.lock (allowed)"
-        problems.append(policy.Problem("-", "-", "missing-lock", "no pixi.lock", "mmstack lock"))
-        return problems, "no pixi.lock"
+        if require_lock:
+            problems.append(policy.Problem("-", "-", "missing-lock", "no pixi.lock (--require-lock)", "mmstack lock"))
+        return problems, f"pixi.toml and envs/*.yml agree with the facts and the matrix ({len(names)} environments); {NO_LOCK}"
 
     locked = lockfile.read_pixi_lock(lock_path)
     index = policy.ChannelIndex(inputs.channels)
@@ -324,22 +341,22 @@ def collect_problems(*, root: Path = Path("."), envs: list[str] | None = None, c
 
 
 def run_lock_check(*, root: Path = Path("."), envs: list[str] | None = None, channels: list[str] | None = None,
-                   facts: Facts | None = None, config: Path | None = None, allow_missing: bool = False) -> int:
+                   facts: Facts | None = None, config: Path | None = None, require_lock: bool = False) -> int:
     problems, summary = collect_problems(root=root, envs=envs, channels=channels, facts=facts, config=config,
-                                         allow_missing=allow_missing)
+                                         require_lock=require_lock)
     out = report.console()
     for p in problems:
         out.print(p.line(), highlight=False, markup=False, soft_wrap=True)
     if problems:
         report.error_line(f"lock check: {len(problems)} problem(s)")
         return 1
-    out.print(f"lock check: OK: {summary}", highlight=False, markup=False)
+    out.print(f"lock check: OK: {summary}", highlight=False, markup=False, soft_wrap=True)
     return 0
 
 
 def check_locks_for_check_command(root: Path) -> str:
     """`mmstack check`'s stage: pixi.toml and envs/ against facts + matrix, and any pixi.lock present."""
-    problems, summary = collect_problems(root=root, allow_missing=True)
+    problems, summary = collect_problems(root=root)
     if problems:
         more = f" (and {len(problems) - 1} more; run `mmstack lock check`)" if len(problems) > 1 else ""
         first = problems[0]

@@ -13,10 +13,11 @@ renamed into place only when all of them were written.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
-import tempfile
+import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -141,6 +142,10 @@ def conda_lock_path(root: Path, env: str) -> Path:
     return Path(root) / ENVS_DIR / f"{env}.conda-lock.yml"
 
 
+def vp_spec_path(root: Path, env: str) -> Path:
+    return Path(root) / ENVS_DIR / f"{env}.virtual-packages.yml"
+
+
 def env_yml_path(root: Path, env: str) -> Path:
     return Path(root) / ENVS_DIR / f"{env}.yml"
 
@@ -193,6 +198,77 @@ def _dependencies(depends) -> dict[str, str]:
         else:
             out[name] = out.get(name) or version
     return out
+
+
+# -- conda-lock's content_hash ---------------------------------------------------------------------
+#
+# conda-lock (conda_lock/content_hash.py, `compute_content_hashes`) hashes, per platform, the
+# lock specification it parses from its source files plus the virtual-package repodata it solves
+# with: sha256 of `json.dumps({"channels": [...], "specs": [...], "virtual_package_hash": {...}},
+# sort_keys=True)`. mmstack computes the same for `conda-lock lock -f envs/<env>.yml -p <subdir>
+# --virtual-package-spec envs/<env>.virtual-packages.yml`, the source and the virtual packages
+# the environment was solved with, so `conda-lock --check-input-hash` with those arguments finds the
+# lock current. tests/data/conda_lock_content_hash.json records conda-lock's own values (the
+# command and version in its header) and tests/test_lock.py holds this code to them.
+
+CONDA_LOCK_VP_TIMESTAMP = 1577854800000  # conda_lock.virtual_package.DEFAULT_TIME
+_SPEC = re.compile(r"^(?:(?P<chan>[^:\s]+)::)?(?P<name>[A-Za-z0-9_.-]+)(?P<rest>.*)$")
+
+
+def conda_lock_dependency(spec: str) -> dict:
+    """One environment.yml dependency as conda-lock serialises it (`VersionedDependency.model_dump()`
+    less the null `markers`), for the spellings `render_env_yml` writes: `name`, `name=ver`,
+    `name=ver=build`, `name<op>ver[,...]`, `name ver`, with an optional `channel::` prefix."""
+    m = _SPEC.match(spec.strip())
+    if not m:
+        raise ValueError(f"cannot read the conda spec {spec!r}")
+    rest = m["rest"].strip()
+    version, build = "", None
+    if rest.startswith("==") and "=" not in rest[2:]:
+        version = rest[2:]
+    elif rest.startswith("=") and not rest.startswith("=="):
+        parts = rest[1:].split("=")
+        if len(parts) == 1:  # `=1.2` is conda's fuzzy `1.2.*`
+            version = parts[0] if parts[0].endswith("*") else parts[0] + ".*"
+        elif len(parts) == 2:  # `=1.2=build`: exact version and a build
+            version, build = parts
+        else:
+            raise ValueError(f"cannot read the conda spec {spec!r}")
+    elif rest:
+        version = re.sub(r"\s+", "", rest)
+    return {"build": build, "category": "main", "conda_channel": m["chan"], "extras": [], "hash": None,
+            "manager": "conda", "name": m["name"], "version": version}
+
+
+def conda_lock_virtual_package_spec(subdir: str, virtual_packages: dict[str, str]) -> dict:
+    """conda-lock's `--virtual-package-spec` document (`__archspec` is `1 <microarch>`)."""
+    pkgs = {n: (f"1 {v}" if n == "__archspec" else str(v)) for n, v in virtual_packages.items()}
+    return {"subdirs": {subdir: {"packages": pkgs}}}
+
+
+def _vp_repodata(subdir: str, vp_spec: dict) -> dict:
+    packages = {}
+    for name, value in vp_spec["subdirs"][subdir]["packages"].items():
+        version, _, build_string = str(value).partition(" ")
+        build = f"{build_string}_0" if build_string else "0"  # conda-lock's reinserted build number
+        packages[f"{name}-{version}-{build}.tar.bz2"] = {
+            "build": build, "build_number": 0, "build_string": build_string, "depends": [], "name": name,
+            "noarch": "", "package_type": "virtual_system", "subdir": subdir,
+            "timestamp": CONDA_LOCK_VP_TIMESTAMP, "version": version}
+    return {"noarch": {"info": {"subdir": "noarch"}, "packages": {}},
+            subdir: {"info": {"subdir": subdir}, "packages": packages}}
+
+
+def conda_lock_content_hash(*, specs: list[str], channels: list[str], subdir: str, virtual_packages: dict[str, str]) -> str:
+    """conda-lock's content_hash of an environment.yml with these dependencies and channels (as
+    written there) on `subdir`, solved with these virtual packages."""
+    deps = sorted((conda_lock_dependency(s) for s in specs), key=lambda d: (d["manager"], d["name"]))
+    data = {
+        "channels": [json.dumps({"url": c, "used_env_vars": []}, separators=(",", ":")) for c in channels],
+        "specs": deps,
+        "virtual_package_hash": _vp_repodata(subdir, conda_lock_virtual_package_spec(subdir, virtual_packages)),
+    }
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode("utf-8")).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -348,16 +424,28 @@ def write_atomically(files: dict[Path, Callable[[Path], None]]) -> None:
     try:
         for target, writer in files.items():
             target.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-            os.close(fd)
-            staged.append((Path(tmp), target))
-            writer(Path(tmp))
+            tmp = _new_temp(target)
+            staged.append((tmp, target))
+            writer(tmp)
     except BaseException:
         for tmp, _ in staged:
             tmp.unlink(missing_ok=True)
         raise
     for tmp, target in staged:
         os.replace(tmp, target)
+
+
+def _new_temp(target: Path) -> Path:
+    """An empty new file beside `target`, mode 0666 less the umask (as any file a user writes; not
+    mkstemp's 0600, which the rename would carry over to the lockfile)."""
+    for _ in range(100):
+        tmp = target.parent / f".{target.name}.{secrets.token_hex(4)}.tmp"
+        try:
+            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+            return tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary name beside {target}")
 
 
 def text_writer(text: str) -> Callable[[Path], None]:
