@@ -41,11 +41,7 @@ def _matrix(root: Path) -> str:
     return f"{len(m)} variants valid"
 
 
-def _recipes(root: Path) -> str | Skip:
-    try:
-        import rattler_build  # noqa: F401 - the 'build' extra
-    except ImportError as exc:
-        return Skip(f"not rendered: py-rattler-build is not importable ({exc}); {BUILD_EXTRA}")
+def _recipes(root: Path) -> str:
     from ..build import check_recipes
 
     return check_recipes(root)
@@ -63,13 +59,34 @@ def _locks(root: Path) -> str | Skip:
     return check_locks_for_check_command(root)
 
 
-def checks() -> list[tuple[str, Check]]:
-    return [("facts", _facts), ("variants", _matrix), ("recipes", _recipes), ("workflows", _workflows),
-            ("locks", _locks)]
+# Modules of the 'build' extra a stage needs: without them the stage does not run (SKIP).
+BUILD_MODULES = ("rattler_build", "rattler")
 
 
-def _run_one(fn: Check, root: Path) -> tuple[str, str, int]:
+def checks() -> list[tuple[str, Check, tuple[str, ...]]]:
+    """(name, check, modules it needs) in data-flow order."""
+    return [("facts", _facts, ()), ("variants", _matrix, ("rattler_build",)),
+            ("recipes", _recipes, ("rattler_build",)), ("workflows", _workflows, ("rattler_build",)),
+            ("locks", _locks, BUILD_MODULES)]
+
+
+def _missing(modules: tuple[str, ...]) -> list[str]:
+    import importlib
+
+    out = []
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            out.append(name)
+    return out
+
+
+def _run_one(fn: Check, root: Path, needs: tuple[str, ...] = ()) -> tuple[str, str, int]:
     """(status, detail, exit code) of one stage."""
+    missing = _missing(needs)
+    if missing:
+        return "SKIP", f"not run: {', '.join(missing)} not importable (the 'build' extra); {BUILD_EXTRA}", 0
     try:
         out = fn(root)
     except MmstackError as exc:
@@ -83,12 +100,12 @@ def _run_one(fn: Check, root: Path) -> tuple[str, str, int]:
 
 
 def run_check(*, root: Path, as_json: bool, strict: bool = False,
-              stages: list[tuple[str, Check]] | None = None) -> int:
+              stages: list[tuple[str, Check, tuple[str, ...]]] | None = None) -> int:
     """Run every stage; exit 1/2 on a FAIL (the worst), 1 on a SKIP under `strict`, else 0."""
     results = []
     worst = 0
-    for name, fn in stages if stages is not None else checks():
-        status, detail, code = _run_one(fn, root)
+    for name, fn, needs in stages if stages is not None else checks():
+        status, detail, code = _run_one(fn, root, needs)
         worst = max(worst, code)
         results.append({"check": name, "status": status, "detail": detail})
     skipped = [r["check"] for r in results if r["status"] == "SKIP"]
