@@ -196,3 +196,28 @@ def test_each_jobs_variant_overrides_select_exactly_its_variant(tmp_path, matrix
         strings = [r.recipe.build.string for r in rendered]
         py = v.python.replace(".", "")
         assert len(strings) == 1 and strings[0].startswith(f"{v.build_string_prefix}_py{py}_h"), (job["key"], strings)
+
+
+def test_workflows_install_the_pixi_that_pixi_toml_requires(repo_copy):
+    """The pixi version of the workflows is requires-pixi's floor, read from pixi.toml, and follows it."""
+    from mmstack import pixi_manifest
+
+    manifest = pixi_manifest.load(ROOT / "pixi.toml")
+    floor = manifest.requires_pixi.removeprefix(">=").strip()
+    want = "v" + floor + (".0" if floor.count(".") == 1 else "")
+    for path in (BUILD, LOCKS):
+        pinned = [ln.split(":", 1)[1].strip() for ln in path.read_text().splitlines() if ln.strip().startswith("PIXI_VERSION:")]
+        assert pinned == [want], path
+    toml = repo_copy / "pixi.toml"
+    toml.write_text(toml.read_text().replace(f'requires-pixi = "{manifest.requires_pixi}"', 'requires-pixi = ">=0.79.1,<1"'))
+    assert "PIXI_VERSION: v0.79.1\n" in workflows.render(repo_copy)[workflows.LOCKS_FILE]
+    code, _, err = mmstack("ci", "generate", "--check", "--root", str(repo_copy))
+    assert code == 1 and ("locks.yml" in err or "build.yml" in err)
+
+
+@pytest.mark.parametrize("value, needle", [('"0.71"', "no lower bound"), ("71", "must be a version spec string")])
+def test_unusable_requires_pixi_is_bad_input(repo_copy, value, needle):
+    toml = repo_copy / "pixi.toml"
+    toml.write_text(toml.read_text().replace('requires-pixi = ">=0.71"', f"requires-pixi = {value}"))
+    code, _, err = mmstack("ci", "generate", "--check", "--root", str(repo_copy))
+    assert code == 2 and "requires-pixi" in err and needle in err and len(err.strip().splitlines()) == 1

@@ -1,15 +1,15 @@
 """Text of the generated GitHub Actions workflows (filled in by workflows.py).
 
 Placeholders are `@@NAME@@` (GitHub's own `${{ }}` expressions stay literal). Pinned versions
-live here, once: setup-pixi and pixi as pixi's CI docs pin them
-(https://pixi.sh/latest/integration/ci/github_actions/), rattler-build at the version the
-`build` extra's py-rattler-build embeds (`rattler_build.get_rattler_build_version_py()`).
+live here, once: setup-pixi as pixi's CI docs pin it
+(https://pixi.sh/latest/integration/ci/github_actions/; pixi itself is the floor of pixi.toml's
+`requires-pixi`), rattler-build at the version the `build` extra's py-rattler-build embeds (`rattler_build.get_rattler_build_version_py()`).
 """
 
 from __future__ import annotations
 
 SETUP_PIXI = "prefix-dev/setup-pixi@v0.9.2"
-PIXI_VERSION = "v0.63.2"
+# The pixi version is not pinned here: workflows.py takes it from pixi.toml's requires-pixi.
 RATTLER_BUILD_SPEC = "rattler-build==0.73.*"
 RATTLER_INDEX_SPEC = "rattler-index"
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -106,6 +107,7 @@ class Manifest:
     channels: tuple[str, ...]
     platforms: tuple[Platform, ...]
     envs: dict[str, EnvSpec] = field(default_factory=dict)
+    requires_pixi: str | None = None  # workspace.requires-pixi as written (">=0.71")
 
     @property
     def root(self) -> Path:
@@ -187,7 +189,27 @@ def parse(raw: dict, path: Path) -> Manifest:
             raise BadInput(f"environments.{ename}: unknown feature {unknown[0]!r}", source=where,
                            fix=f"define [feature.{unknown[0]}] or remove it")
         envs[ename] = _env(ename, order, features, plats, by_name, tuple(channels), where)
-    return Manifest(path=path, channels=tuple(channels), platforms=plats, envs=envs)
+    requires = ws.get("requires-pixi")
+    if requires is not None and not isinstance(requires, str):
+        raise BadInput("workspace.requires-pixi must be a version spec string", source=where, fix='requires-pixi = ">=0.71"')
+    return Manifest(path=path, channels=tuple(channels), platforms=plats, envs=envs, requires_pixi=requires)
+
+
+_FLOOR = re.compile(r"^\s*>=\s*(\d+)\.(\d+)(?:\.(\d+))?\s*(?:,.*)?$")
+
+
+def pixi_floor(manifest: Manifest) -> str:
+    """The pixi release CI installs: the lowest one `requires-pixi` admits (`>=0.71` -> `v0.71.0`),
+    so CI proves the floor the manifest states."""
+    where = f"{manifest.path} (workspace.requires-pixi)"
+    if manifest.requires_pixi is None:
+        raise BadInput("no requires-pixi: the workflows take the pixi version from it", source=str(manifest.path),
+                       fix='add requires-pixi = ">=X.Y" to [workspace]')
+    m = _FLOOR.match(manifest.requires_pixi)
+    if not m:
+        raise BadInput(f"{manifest.requires_pixi!r} has no lower bound `>=X.Y[.Z]` first", source=where,
+                       fix='write it as ">=0.71" or ">=0.71,<1"')
+    return f"v{m[1]}.{m[2]}.{m[3] or 0}"
 
 
 def _platforms(value, where: str) -> tuple[Platform, ...]:
