@@ -316,3 +316,20 @@ def test_written_files_honour_the_umask(repo, umask):
     for path in [repo / "envs" / "x.txt", repo / "envs" / "h100.yml", repo / "envs" / "cpu.yml"]:
         assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask, path
     assert not list((repo / "envs").glob(".*.tmp"))
+
+
+def test_lock_aliases_follow_pixi_toml_order():
+    """pixi names every platform that is not a bare subdir `p1`, `p2`, ... in declaration order."""
+    manifest = load_manifest(REPO / "pixi.toml")
+    rich = [p.name for p in manifest.platforms if p.name != p.subdir]
+    assert manifest.lock_aliases() == {name: f"p{i}" for i, name in enumerate(rich, 1)}
+    assert "linux-64" not in manifest.lock_aliases() and rich[0] == "linux-64-rtx3090"
+
+
+def test_platform_identity_ignores_defaults_order_and_zero_builds():
+    from mmstack.pixi_manifest import platform_identity
+
+    plat = next(p for p in load_manifest(REPO / "pixi.toml").platforms if p.name == "linux-64-h100")
+    assert plat.identity() == ("linux-64", (("__cuda", "12.9", ""), ("__cuda_arch", "9", "")))
+    assert platform_identity("linux-64", ["__cuda_arch=9.0", "__cuda=12.9=0", "__archspec=0=x86_64"]) == plat.identity()
+    assert platform_identity("linux-64", ["__cuda=12.9", "__cuda_arch=9.0", "__glibc=2.17"]) != plat.identity()

@@ -202,7 +202,7 @@ def run_lock(*, root: Path = Path("."), envs: list[str] | None = None, channels:
 
     names = _selected(inputs.manifest, envs)
     lock_path = root / lockfile.PIXI_LOCK
-    old = lockfile.read_pixi_lock(lock_path) if lock_path.is_file() else {}
+    old = lockfile.read_pixi_lock(lock_path, inputs.manifest.platforms) if lock_path.is_file() else {}
     solved: dict[str, tuple[Platform, list[str], list]] = {}
     report.info(f"solving {len(names)} environment(s) against {', '.join(inputs.channels)}")
     from rattler import Gateway
@@ -225,8 +225,10 @@ def run_lock(*, root: Path = Path("."), envs: list[str] | None = None, channels:
             if name in all_envs or name not in inputs.manifest.envs:
                 continue
             prev = old[name]
-            declared = tuple(tuple(s.split("=", 1)) for s in prev.virtual_packages)
-            plat = Platform(prev.platform, prev.subdir, tuple((n, v.split("=")[0]) for n, v in declared))
+            plat = next((p for p in inputs.manifest.platforms if p.name == prev.platform), None)
+            if plat is None or plat.identity() != pixi_manifest.platform_identity(prev.subdir, prev.virtual_packages):
+                raise CheckFailed(f"{name}: locked on platform {prev.platform!r}, which pixi.toml no longer declares",
+                                  fix="re-lock every environment: `mmstack lock` without --env")
             recs = e.conda_repodata_records_for_platform(e.platforms()[0]) or []
             all_envs[name] = (plat, list(prev.channels), list(recs))
     seen: dict[str, Platform] = {}
@@ -236,7 +238,7 @@ def run_lock(*, root: Path = Path("."), envs: list[str] | None = None, channels:
                               f" with {name!r}", fix="re-lock every environment: `mmstack lock` without --env")
 
     files = dict(ymls)
-    lf = lockfile.build_pixi_lock(all_envs)
+    lf = lockfile.build_pixi_lock(all_envs, inputs.manifest.lock_aliases())
     files[lock_path] = lambda p: lf.to_path(p)
     for name, (plat, chans, records) in solved.items():
         env = inputs.manifest.envs[name]
@@ -316,7 +318,7 @@ def collect_problems(*, root: Path = Path("."), envs: list[str] | None = None, c
             problems.append(policy.Problem("-", "-", "missing-lock", "no pixi.lock (--require-lock)", "mmstack lock"))
         return problems, f"pixi.toml and envs/*.yml agree with the facts and the matrix ({len(names)} environments); {NO_LOCK}"
 
-    locked = lockfile.read_pixi_lock(lock_path)
+    locked = lockfile.read_pixi_lock(lock_path, inputs.manifest.platforms)
     index = policy.ChannelIndex(inputs.channels)
     for name in names:
         env = inputs.manifest.envs[name]

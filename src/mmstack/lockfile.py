@@ -84,8 +84,40 @@ class LockedEnv:
 # -- pixi.lock ---------------------------------------------------------------------------------
 
 
-def read_pixi_lock(path: Path) -> dict[str, LockedEnv]:
-    """Every environment in a pixi.lock; a file rattler cannot read is a BadInput naming it."""
+def read_pixi_lock(path: Path, platforms: tuple[Platform, ...] | None = None) -> dict[str, LockedEnv]:
+    """Every environment in a pixi.lock; a file rattler cannot read is a BadInput naming it.
+
+    With the manifest's `platforms`, locked platform names are aligned to the manifest's by
+    identity (see `align_platform_names`), so a lock in pixi's form (`p1`, `p2`, ...) and one with
+    the full names read the same."""
+    envs = _read_pixi_lock(path)
+    return align_platform_names(envs, platforms) if platforms is not None else envs
+
+
+def align_platform_names(envs: dict[str, LockedEnv], platforms: tuple[Platform, ...]) -> dict[str, LockedEnv]:
+    """Rename each locked platform to the manifest platform of the same identity (subdir plus
+    customised virtual packages), as pixi does on load (pixi_core lock_file/platform_rename.rs,
+    `compute_renames`): only when exactly one manifest platform matches, the locked name is not
+    already a manifest name, and the target name is not taken by another locked platform.
+    Anything else stays as locked, for the policy to flag."""
+    from dataclasses import replace
+
+    from .pixi_manifest import platform_identity
+
+    manifest_names = {p.name for p in platforms}
+    locked = {e.platform: (e.subdir, e.virtual_packages) for e in envs.values()}
+    renames: dict[str, str] = {}
+    for name, (subdir, vps) in locked.items():
+        if name in manifest_names:
+            continue
+        ident = platform_identity(subdir, vps)
+        hits = [p for p in platforms if p.identity() == ident]
+        if len(hits) == 1 and hits[0].name not in locked:
+            renames[name] = hits[0].name
+    return {n: replace(e, platform=renames.get(e.platform, e.platform)) for n, e in envs.items()}
+
+
+def _read_pixi_lock(path: Path) -> dict[str, LockedEnv]:
     from rattler import LockFile
 
     path = Path(path)
@@ -116,16 +148,22 @@ def read_pixi_lock(path: Path) -> dict[str, LockedEnv]:
         raise BadInput(f"cannot read the lock file: {msg}", source=str(path), fix="run `mmstack lock` to rewrite it") from None
 
 
-def build_pixi_lock(envs: dict[str, tuple[Platform, list[str], list]]):
-    """A rattler LockFile: env name -> (platform, channel URLs, rattler records)."""
+def build_pixi_lock(envs: dict[str, tuple[Platform, list[str], list]], aliases: dict[str, str] | None = None):
+    """A rattler LockFile: env name -> (platform, channel URLs, rattler records).
+
+    As pixi writes it: a platform that is not a bare subdir is named by its alias (`p1`, `p2`, ...
+    from `Manifest.lock_aliases`), its virtual packages are the declared ones plus the subdir's
+    defaults; readers match it back to pixi.toml by identity."""
     from rattler import LockChannel, LockFile, LockPlatform
     from rattler import Subdir
 
+    aliases = aliases or {}
     plats: dict[str, object] = {}
     for _, (plat, _, _) in sorted(envs.items()):
         if plat.name not in plats:
-            subdir = None if plat.name == plat.subdir else Subdir(plat.subdir)
-            plats[plat.name] = LockPlatform(plat.name, subdir=subdir, virtual_packages=plat.lock_strings())
+            name = aliases.get(plat.name, plat.name)
+            subdir = None if name == plat.subdir else Subdir(plat.subdir)
+            plats[plat.name] = LockPlatform(name, subdir=subdir, virtual_packages=plat.lock_strings())
     lf = LockFile(list(plats.values()))
     for name, (plat, channels, records) in sorted(envs.items()):
         lf.set_channels(name, [LockChannel(c.rstrip("/")) for c in channels])
