@@ -201,6 +201,9 @@ def run_lock(*, root: Path = Path("."), envs: list[str] | None = None, channels:
         return 0
 
     names = _selected(inputs.manifest, envs)
+    from .channel import require_reachable
+
+    require_reachable(inputs.channels, option="--channel")
     lock_path = root / lockfile.PIXI_LOCK
     old = lockfile.read_pixi_lock(lock_path, inputs.manifest.platforms) if lock_path.is_file() else {}
     solved: dict[str, tuple[Platform, list[str], list]] = {}
