@@ -1,6 +1,6 @@
 """Argument parsing only: every command calls a keyword-only function and maps errors to exit codes.
 
-Exit codes (DESIGN.md): 0 all good, 1 a check found a problem, 2 bad input.
+Exit codes (docs/architecture.md): 0 all good, 1 a check found a problem, 2 bad input.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """`mmstack lock` and `mmstack lock check`: solve each environment of pixi.toml with py-rattler,
 write pixi.lock and envs/<env>.conda-lock.yml from the same solve, and gate CI on them.
 
-Data flow (DESIGN.md): facts + variant matrix -> pixi.toml (checked, not trusted) -> solve ->
+Data flow (docs/architecture.md): facts + variant matrix -> pixi.toml (checked, not trusted) -> solve ->
 pixi.lock + envs/. The solve assumes the virtual packages a machine of the generation has:
 `__cuda` at the generation's CUDA (the driver floor the environment pins), `__cuda_arch` at its
 compute capability, `__glibc`/`__linux` from the platform entry (pixi's defaults 2.28 / 4.18),
