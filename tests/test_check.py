@@ -99,3 +99,9 @@ def test_info_lines_are_data(capsys):
     report.info("install with: pip install 'mmstack[build]'")
     assert "pip install 'mmstack[build]'" in capsys.readouterr().err
 
+
+
+def test_ci_runs_the_strict_check_before_the_tests():
+    text = (ROOT / ".ci" / "run").read_text()
+    assert "mmstack check --strict" in text
+    assert text.index("mmstack check --strict") < text.index("python -m pytest")

@@ -93,7 +93,8 @@ def _run_one(fn: Check, root: Path, needs: tuple[str, ...] = ()) -> tuple[str, s
         return "FAIL", exc.one_line(), exc.exit_code
     except ImportError as exc:
         name = getattr(exc, "name", None) or str(exc)
-        return "SKIP", f"not run: cannot import {name} ({exc}); {BUILD_EXTRA}", 0
+        hint = BUILD_EXTRA if name.split(".")[0] in BUILD_MODULES else f"install {name.split('.')[0]}"
+        return "SKIP", f"not run: cannot import {name} ({exc}); {hint}", 0
     if isinstance(out, Skip):
         return "SKIP", out.reason, 0
     return "PASS", out, 0
