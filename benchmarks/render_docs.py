@@ -271,6 +271,17 @@ def _arch_sets(docs) -> tuple[list[str], list[list[object]]]:
     return ["unit", "config", "runs", "wall s", "CPU s", "object", "wall vs per-gen", "size vs per-gen"], rows
 
 
+def _cpu_detector(docs) -> tuple[list[str], list[list[object]]]:
+    d = docs[0]
+    rows = []
+    for r in d["result"]["results"]:
+        rows.append([r["model"], ", ".join(r["deformable_ops"]) or "-", f"{r['image_size']} px × {r['batch_size']}",
+                     r["iters"], " ".join(f"{x:.4f}" for x in r["losses"]),
+                     _losses(r["loss_parts"][0]["loss_cls"], r["loss_parts"][-1]["loss_cls"]),
+                     "PASS" if r["passed"] else "FAIL", f"{r['iters_per_s']:.3f}"])
+    return ["model", "deformable ops", "images", "iterations", "loss per iteration", "loss_cls", "L5", "it/s"], rows
+
+
 TABLES: dict[str, Table] = {
     "h200-machine": Table(sources=[f"{d}/doctor_sm90.json" for d in H200.values()], build=_h200_machine),
     "h200-build": Table(sources=[f"{d}/{f}" for d in H200.values() for f in ("build_time_sm90.json", "units_sm90.json")],
@@ -290,6 +301,7 @@ TABLES: dict[str, Table] = {
     "h200-detector": Table(sources=["h200/run2-fixed/detector_sm90.json"], build=_h200_detector),
     "h200-dist1": Table(sources=["h200/run2-fixed/dist1_sm90.json"], build=_dist1),
     "cpu-arch-sets": Table(sources=["cpu-dev/arch_sets.json"], build=_arch_sets),
+    "cpu-detector": Table(sources=["cpu-dev/detector_cpu.json"], build=_cpu_detector),
 }
 
 VALUES: dict[str, Value] = {
