@@ -58,3 +58,14 @@ def test_unknown_marker_is_an_error(render_docs):
 
 def test_check_mode_exit_codes(render_docs):
     assert render_docs.main(["--check"]) == 0
+
+
+def test_a_new_result_is_a_table_in_a_few_lines(render_docs):
+    """The declarative form the script's docstring shows for a new run's file."""
+    table = render_docs.Table(sources=["h200/run2-fixed/ops_sm90.json"], rows="ops",
+                              columns=[("op", "op", "{}"), ("mmcv µs", "mmcv_us", "{:,.1f}"),
+                                       ("torchvision µs", "torchvision_us", "{:,.1f}")])
+    text = table.render()
+    assert text.splitlines()[0] == "| op | mmcv µs | torchvision µs |"
+    assert "| nms | 3,197.6 | 7,441.2 |" in text and "| points_in_boxes_part | 39.1 | - |" in text
+    assert "`benchmarks/results/h200/run2-fixed/ops_sm90.json`" in text
