@@ -171,6 +171,19 @@ def test_lock_is_written_in_pixis_form(locked_tree):
     assert _platform_block((locked_tree / "pixi.lock").read_text()) == PIXI_PLATFORMS
 
 
+def test_conda_lock_files_carry_conda_locks_content_hash_and_vp_spec(locked_tree, facts_128):
+    from mmstack.lock import conda_lock_hash
+    from mmstack.pixi_manifest import load
+
+    env = load(locked_tree / "pixi.toml").envs["rtx4090"]
+    doc = lockfile.load_yaml((locked_tree / "envs" / "rtx4090.conda-lock.yml").read_text())
+    assert doc["metadata"]["content_hash"] == {"linux-64": conda_lock_hash(env, env.platforms[0], facts_128)}
+    vp = lockfile.load_yaml((locked_tree / "envs" / "rtx4090.virtual-packages.yml").read_text())
+    assert vp == {"subdirs": {"linux-64": {"packages": {
+        "__cuda": "12.8", "__cuda_arch": "8.9", "__glibc": "2.28", "__linux": "4.18", "__unix": "0",
+        "__archspec": "1 x86_64"}}}}
+
+
 def test_lock_check_reads_pixis_form_with_its_own_order(tree, facts_128):
     """pixi may list the virtual packages in another order (and `=0` builds); identity is what counts."""
     lock = tree / "pixi.lock"
