@@ -66,3 +66,91 @@ def test_verify_l5_options_reject_bad_input_before_running_anything(args, words)
     code, out, err = mmstack("verify", *args)
     assert code == 2, (out, err)
     assert words in err and out == ""
+
+
+# -- offline: the unreachable source channel is named, with the fix ------------------------------
+
+# Any download goes to a closed port and fails, as on a machine without network.
+OFFLINE = {"HTTP_PROXY": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9",
+           "http_proxy": "http://127.0.0.1:9", "https_proxy": "http://127.0.0.1:9", "NO_PROXY": "", "no_proxy": ""}
+
+
+def _offline(*args: str, cwd: Path = ROOT) -> tuple[int, str, str]:
+    import os
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "mmstack.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          env={**os.environ, **OFFLINE, "COLUMNS": "200"}, timeout=300)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def test_offline_build_names_the_unreachable_source_channel(tmp_path):
+    pytest.importorskip("rattler_build")
+    code, out, err = _offline("build", "--env", "cpu", "--channel", str(tmp_path / "ch"))
+    assert code == 1, err
+    assert "source channel conda-forge cannot be reached" in err
+    assert "HTTPS_PROXY" in err and "--source-channel" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "ch").exists(), "nothing built, nothing written"
+
+
+def test_offline_lock_names_the_unreachable_channel(tmp_path):
+    pytest.importorskip("rattler")
+    import shutil
+
+    for name in ("pixi.toml", "conda_build_config.yaml"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    shutil.copytree(ROOT / "envs", tmp_path / "envs")
+    code, out, err = _offline("lock", "--root", str(tmp_path), "--env", "cpu")
+    assert code == 1, err
+    assert "source channel https://conda.anaconda.org/conda-forge/ cannot be reached" in err and "--channel" in err
+    assert not (tmp_path / "pixi.lock").exists()
+
+
+def test_reachable_and_non_channel_urls(tmp_path):
+    """A real HTTP server: a channel answers with noarch/repodata.json; a plain site is not a channel."""
+    import functools
+    import http.server
+    import threading
+
+    from mmstack.channel import unreachable
+
+    (tmp_path / "ch" / "noarch").mkdir(parents=True)
+    (tmp_path / "ch" / "noarch" / "repodata.json").write_text("{}")
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        base = f"http://127.0.0.1:{server.server_address[1]}"
+        import os
+        saved = {k: os.environ.pop(k) for k in list(os.environ) if k.lower() in ("http_proxy", "https_proxy")}
+        try:
+            assert unreachable([f"{base}/ch", str(tmp_path / "ch")]) == []
+            ((given, probe, why),) = unreachable([f"{base}/site"])
+            assert given == f"{base}/site" and probe.endswith("/site/noarch/repodata.json") and "not a conda channel" in why
+        finally:
+            os.environ.update(saved)
+    finally:
+        server.shutdown()
+
+
+# -- recipes without variants ---------------------------------------------------------------------
+
+
+def test_build_of_a_recipe_without_variants_needs_no_env(tmp_path):
+    """recipes/mmstack renders one build: --env/--all are not asked for (offline, the run gets as far
+    as the source-channel check, which proves the selection was accepted)."""
+    pytest.importorskip("rattler_build")
+    code, _, err = _offline("build", "--recipe", "mmstack", "--channel", str(tmp_path / "ch"))
+    assert code == 1 and "source channel conda-forge cannot be reached" in err, err
+    code, _, err = _offline("build", "--recipe", "mmcv", "--channel", str(tmp_path / "ch"))
+    assert code == 2 and "mmcv has variants" in err
+
+
+def test_install_hint_names_only_what_was_built(tmp_path):
+    from mmstack.commands.build_cmds import install_hint
+
+    assert install_hint(tmp_path, ["mmstack"]).endswith("conda-forge mmstack")
+    assert "mmcv" not in install_hint(tmp_path, ["mmstack", "mmdet"])
+    assert install_hint(tmp_path, ["mmstack", "mmcv", "mmcv", "mmdet"]).endswith("conda-forge mmcv mmdet mmstack")
+    assert install_hint(tmp_path, []) == "nothing built"

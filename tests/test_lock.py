@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
+import stat
 from pathlib import Path
 
 import pytest
@@ -12,7 +15,7 @@ from mmstack import lockfile, policy, variants
 from mmstack.cli import main
 from mmstack.errors import BadInput, CheckFailed
 from mmstack.facts import load as load_facts
-from mmstack.lock import check_locks_for_check_command, collect_problems, render_env_yml
+from mmstack.lock import NO_LOCK, check_locks_for_check_command, collect_problems, render_env_yml
 from mmstack.pixi_manifest import channel_url, load as load_manifest
 
 pytest.importorskip("rattler_build", reason="the variant matrix is read with py-rattler-build")
@@ -49,10 +52,15 @@ def test_committed_env_ymls_are_what_pixi_toml_gives():
         assert (REPO / "envs" / f"{gen.env}.yml").read_text() == render_env_yml(manifest.envs[gen.env], facts), gen.env
 
 
-def test_mmstack_check_stage_passes_without_a_lock():
-    if (REPO / "pixi.lock").exists():
-        pytest.skip("a pixi.lock is committed; `mmstack lock check` covers it")
-    assert "no pixi.lock (allowed)" in check_locks_for_check_command(REPO)
+def test_no_lock_is_one_rule_for_check_and_lock_check(repo, capsys):
+    """A tree without pixi.lock: `mmstack check`'s lock stage and `mmstack lock check` say the same
+    thing (NO_LOCK) and both pass on what they did check; --require-lock makes it a failure."""
+    assert not (repo / "pixi.lock").exists()
+    assert NO_LOCK in check_locks_for_check_command(repo)
+    assert main(["lock", "check", "--root", str(repo)]) == 0
+    assert NO_LOCK in capsys.readouterr().out
+    assert main(["lock", "check", "--root", str(repo), "--require-lock"]) == 1
+    assert "no pixi.lock (--require-lock) [missing-lock] (fix: mmstack lock)" in capsys.readouterr().out
 
 
 def test_every_gpu_environment_declares_its_generation_on_the_platform():
@@ -90,7 +98,7 @@ def test_manifest_drift_is_flagged(repo, matrix, old, new, env, package):
 def test_env_yml_drift_is_flagged(repo):
     (repo / "envs" / "h100.yml").write_text("name: stale\n")
     (repo / "envs" / "cpu.yml").unlink()
-    found, _ = collect_problems(root=repo, allow_missing=True)
+    found, _ = collect_problems(root=repo)
     assert {(p.env, p.rule) for p in found} == {("h100", "env-yml-drift"), ("cpu", "env-yml-drift")}
     with pytest.raises(CheckFailed) as exc:
         check_locks_for_check_command(repo)
@@ -129,10 +137,7 @@ def test_cli_malformed_manifest_exits_2(repo, capsys):
     assert "pixi.toml" in capsys.readouterr().err
 
 
-def test_cli_no_lock_exits_1_with_the_fix(repo, capsys):
-    assert main(["lock", "check", "--root", str(repo)]) == 1
-    assert "no pixi.lock [missing-lock] (fix: mmstack lock)" in capsys.readouterr().out
-    assert main(["lock", "check", "--root", str(repo), "--allow-missing"]) == 0
+def test_cli_unknown_env_exits_2(repo):
     assert main(["lock", "check", "--root", str(repo), "--env", "nope"]) == 2
 
 
@@ -261,3 +266,70 @@ def test_an_unindexed_local_channel_is_bad_input(repo, tmp_path, capsys):
     assert main(["lock", "--root", str(repo), "--channel", str(tmp_path / "empty")]) == 2
     assert "not an indexed conda channel" in capsys.readouterr().err
     assert not (repo / "pixi.lock").exists()
+
+
+# -- conda-lock's content_hash ---------------------------------------------------------------------
+
+CONTENT_HASH_FIXTURE = Path(__file__).parent / "data" / "conda_lock_content_hash.json"
+
+
+def test_content_hash_is_what_conda_lock_computes():
+    """Against conda-lock's own values (recorded by tests/support/record_conda_lock_hashes.py; the
+    version and command are in the file's header): every committed environment and the spellings
+    render_env_yml may write."""
+    data = json.loads(CONTENT_HASH_FIXTURE.read_text())
+    assert data["recorded_with"]["conda_lock_version"]
+    for case in data["cases"]:
+        (subdir_spec,) = case["virtual_package_spec"]["subdirs"].values()
+        vps = {n: v.split(" ", 1)[1] if n == "__archspec" else v for n, v in subdir_spec["packages"].items()}
+        got = lockfile.conda_lock_content_hash(specs=case["dependencies"], channels=case["channels"],
+                                               subdir=case["subdir"], virtual_packages=vps)
+        assert got == case["conda_lock_content_hash"], case["env"]
+
+
+def test_content_hash_fixture_covers_the_committed_environments():
+    """The recorded cases are the inputs `mmstack lock` hashes for this pixi.toml: a change to the
+    manifest or to the env.yml spellings means re-recording with conda-lock."""
+    from mmstack.lock import _conda_spec, virtual_packages
+
+    cases = {c["env"]: c for c in json.loads(CONTENT_HASH_FIXTURE.read_text())["cases"]}
+    manifest, facts = load_manifest(REPO / "pixi.toml"), load_facts()
+    for gen in facts.generation:
+        env = manifest.envs[gen.env]
+        (plat,) = env.platforms
+        case = cases[gen.env]
+        assert case["dependencies"] == [_conda_spec(s) for s in env.specs], gen.env
+        assert case["channels"] == list(env.channels)
+        assert case["virtual_package_spec"] == lockfile.conda_lock_virtual_package_spec(
+            plat.subdir, virtual_packages(env, plat, facts)), gen.env
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027, 0o002])
+def test_written_files_honour_the_umask(repo, umask):
+    """Not mkstemp's 0600: the rename would carry it over to files others read."""
+    old = os.umask(umask)
+    try:
+        lockfile.write_atomically({repo / "envs" / "x.txt": lockfile.text_writer("x\n")})
+        assert main(["lock", "--yml-only", "--root", str(repo)]) == 0
+    finally:
+        os.umask(old)
+    for path in [repo / "envs" / "x.txt", repo / "envs" / "h100.yml", repo / "envs" / "cpu.yml"]:
+        assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask, path
+    assert not list((repo / "envs").glob(".*.tmp"))
+
+
+def test_lock_aliases_follow_pixi_toml_order():
+    """pixi names every platform that is not a bare subdir `p1`, `p2`, ... in declaration order."""
+    manifest = load_manifest(REPO / "pixi.toml")
+    rich = [p.name for p in manifest.platforms if p.name != p.subdir]
+    assert manifest.lock_aliases() == {name: f"p{i}" for i, name in enumerate(rich, 1)}
+    assert "linux-64" not in manifest.lock_aliases() and rich[0] == "linux-64-rtx3090"
+
+
+def test_platform_identity_ignores_defaults_order_and_zero_builds():
+    from mmstack.pixi_manifest import platform_identity
+
+    plat = next(p for p in load_manifest(REPO / "pixi.toml").platforms if p.name == "linux-64-h100")
+    assert plat.identity() == ("linux-64", (("__cuda", "12.9", ""), ("__cuda_arch", "9", "")))
+    assert platform_identity("linux-64", ["__cuda_arch=9.0", "__cuda=12.9=0", "__archspec=0=x86_64"]) == plat.identity()
+    assert platform_identity("linux-64", ["__cuda=12.9", "__cuda_arch=9.0", "__glibc=2.17"]) != plat.identity()

@@ -131,13 +131,98 @@ def tree(locked_tree, tmp_path):
     return dst
 
 
+def _platforms(root):
+    from mmstack.pixi_manifest import load
+
+    return load(root / "pixi.toml").platforms
+
+
+# pixi.lock's platform table as pixi writes it for this manifest (pixi_core lock_file/platform_rename.rs
+# and the examples in prefix-dev/pixi, e.g. examples/multi-machine/pixi.lock): the bare subdir keeps
+# its name and pixi's default virtual packages; each named platform is `p<N>` in manifest order, with
+# its subdir, its declared virtual packages and the defaults.
+PIXI_PLATFORMS = """\
+version: 7
+platforms:
+- name: linux-64
+  virtual-packages:
+  - __unix=0=0
+  - __linux=4.18
+  - __glibc=2.28
+  - __archspec=0=x86_64
+- name: p1
+  subdir: linux-64
+  virtual-packages:
+  - __cuda=12.8
+  - __cuda_arch=8.9
+  - __glibc=2.28
+  - __unix=0=0
+  - __linux=4.18
+  - __archspec=0=x86_64
+environments:
+"""
+
+
+def _platform_block(text: str) -> str:
+    return text[:text.index("environments:\n") + len("environments:\n")]
+
+
+def test_lock_is_written_in_pixis_form(locked_tree):
+    assert _platform_block((locked_tree / "pixi.lock").read_text()) == PIXI_PLATFORMS
+
+
+def test_conda_lock_files_carry_conda_locks_content_hash_and_vp_spec(locked_tree, facts_128):
+    from mmstack.lock import conda_lock_hash
+    from mmstack.pixi_manifest import load
+
+    env = load(locked_tree / "pixi.toml").envs["rtx4090"]
+    doc = lockfile.load_yaml((locked_tree / "envs" / "rtx4090.conda-lock.yml").read_text())
+    assert doc["metadata"]["content_hash"] == {"linux-64": conda_lock_hash(env, env.platforms[0], facts_128)}
+    vp = lockfile.load_yaml((locked_tree / "envs" / "rtx4090.virtual-packages.yml").read_text())
+    assert vp == {"subdirs": {"linux-64": {"packages": {
+        "__cuda": "12.8", "__cuda_arch": "8.9", "__glibc": "2.28", "__linux": "4.18", "__unix": "0",
+        "__archspec": "1 x86_64"}}}}
+
+
+def test_lock_check_reads_pixis_form_with_its_own_order(tree, facts_128):
+    """pixi may list the virtual packages in another order (and `=0` builds); identity is what counts."""
+    lock = tree / "pixi.lock"
+    text = lock.read_text()
+    reordered = PIXI_PLATFORMS.replace("  - __cuda=12.8\n  - __cuda_arch=8.9\n  - __glibc=2.28\n  - __unix=0=0\n",
+                                       "  - __unix=0=0\n  - __glibc=2.28\n  - __cuda_arch=8.9\n  - __cuda=12.8\n")
+    assert reordered != PIXI_PLATFORMS
+    lock.write_text(reordered + text[len(_platform_block(text)):])
+    assert problems(tree, facts_128) == []
+
+
+def test_lock_check_reads_the_full_name_form(tree, facts_128):
+    """Locks written before the aliases (full names, declared virtual packages only) still check."""
+    lock = tree / "pixi.lock"
+    text = lock.read_text()
+    full = ("version: 7\nplatforms:\n- name: linux-64\n- name: linux-64-rtx4090\n  subdir: linux-64\n"
+            "  virtual-packages:\n  - __cuda=12.8\n  - __cuda_arch=8.9\n  - __glibc=2.28\nenvironments:\n")
+    body = text[len(_platform_block(text)):].replace("\n      p1:\n", "\n      linux-64-rtx4090:\n")
+    assert "linux-64-rtx4090:" in body
+    lock.write_text(full + body)
+    assert lockfile.read_pixi_lock(lock)["rtx4090"].platform == "linux-64-rtx4090"
+    assert problems(tree, facts_128) == []
+
+
+def test_alias_of_another_identity_is_stale(tree, facts_128):
+    """`p1` locked for sm_90 does not match pixi.toml's rtx4090 platform (sm_89): flagged, not renamed."""
+    lock = tree / "pixi.lock"
+    lock.write_text(lock.read_text().replace("  - __cuda_arch=8.9\n", "  - __cuda_arch=9.0\n", 1))
+    lines = problems(tree, facts_128)
+    assert any(ln.startswith("rtx4090: -: locked on platform p1") and "[stale-lock]" in ln for ln in lines), lines
+
+
 def problems(root, facts, **kw):
     found, _ = collect_problems(root=root, facts=facts, **kw)
     return [p.line() for p in found]
 
 
 def test_solves_both_environments_and_writes_both_formats(locked_tree):
-    envs = lockfile.read_pixi_lock(locked_tree / "pixi.lock")
+    envs = lockfile.read_pixi_lock(locked_tree / "pixi.lock", _platforms(locked_tree))
     assert set(envs) == {"cpu", "rtx4090"}
     gpu, cpu = envs["rtx4090"], envs["cpu"]
     assert gpu.by_name("pytorch")[0].build.startswith("cuda126")
@@ -145,8 +230,10 @@ def test_solves_both_environments_and_writes_both_formats(locked_tree):
     assert gpu.by_name("cuda-nvcc") and gpu.by_name("cuda-version")[0].version == "12.8"
     assert cpu.by_name("pytorch")[0].build.startswith("cpu_")
     assert not cpu.by_name("cuda-version")
-    assert gpu.platform == "linux-64-rtx4090"
-    assert sorted(gpu.virtual_packages) == ["__cuda=12.8", "__cuda_arch=8.9", "__glibc=2.28"]
+    assert gpu.platform == "linux-64-rtx4090"  # aligned from the file's `p1` by identity
+    assert lockfile.read_pixi_lock(locked_tree / "pixi.lock")["rtx4090"].platform == "p1"
+    assert list(gpu.virtual_packages) == ["__cuda=12.8", "__cuda_arch=8.9", "__glibc=2.28", "__unix=0=0",
+                                          "__linux=4.18", "__archspec=0=x86_64"]
     assert all(p.sha256 and p.md5 for p in gpu.packages)
 
     cl = lockfile.read_conda_lock(locked_tree / "envs" / "rtx4090.conda-lock.yml")
@@ -274,9 +361,9 @@ def test_pypi_torch_next_to_conda_mmcv_fails(tree, facts_128):
 
 def test_missing_lock(tree, facts_128, capsys):
     (tree / "pixi.lock").unlink()
-    assert run_lock_check(root=tree, facts=facts_128) == 1
-    assert "no pixi.lock [missing-lock] (fix: mmstack lock)" in capsys.readouterr().out
-    assert run_lock_check(root=tree, facts=facts_128, allow_missing=True) == 0
+    assert run_lock_check(root=tree, facts=facts_128, require_lock=True) == 1
+    assert "no pixi.lock (--require-lock) [missing-lock] (fix: mmstack lock)" in capsys.readouterr().out
+    assert run_lock_check(root=tree, facts=facts_128) == 0
 
 
 def test_malformed_lock_is_bad_input(tree, facts_128):

@@ -78,14 +78,16 @@ def test_committed_build_yml_builds_each_variant_with_its_keys(matrix):
     doc = yaml.safe_load(text)
     include = doc["jobs"]["build"]["strategy"]["matrix"]["include"]
     assert include == workflows.github_matrix(matrix, config_path=CONFIG)["include"]
-    build_step = next(s for s in doc["jobs"]["build"]["steps"] if "rattler-build build" in s.get("run", ""))
+    build_step = next(s for s in doc["jobs"]["build"]["steps"] if "scripts/build-variant.sh" in s.get("run", ""))
     for key in matrix[0].variant_keys():
         assert f'--variant "{key}=${{{{ matrix.{key} }}}}"' in build_step["run"]
-    assert "--recipe recipes/mmcv --variant-config conda_build_config.yaml" in build_step["run"]
+    script = (ROOT / "scripts" / "build-variant.sh").read_text()
+    assert "rattler-build build" in script and "--recipe recipes/mmcv --variant-config conda_build_config.yaml" in script
     # the channel job gathers every variant's artifact, indexes and publishes
     channel = doc["jobs"]["channel"]
     assert channel["needs"] == ["mmstack", "build"]
     assert any("rattler-index fs channel" in s.get("run", "") for s in channel["steps"])
+    assert any(s.get("run", "").startswith("scripts/describe-channel.sh") for s in channel["steps"])
     assert any(s.get("uses", "").startswith("actions/deploy-pages@") for s in doc["jobs"]["publish"]["steps"])
 
 
@@ -196,3 +198,58 @@ def test_each_jobs_variant_overrides_select_exactly_its_variant(tmp_path, matrix
         strings = [r.recipe.build.string for r in rendered]
         py = v.python.replace(".", "")
         assert len(strings) == 1 and strings[0].startswith(f"{v.build_string_prefix}_py{py}_h"), (job["key"], strings)
+
+
+def test_workflows_install_the_pixi_that_pixi_toml_requires(repo_copy):
+    """The pixi version of the workflows is requires-pixi's floor, read from pixi.toml, and follows it."""
+    from mmstack import pixi_manifest
+
+    manifest = pixi_manifest.load(ROOT / "pixi.toml")
+    floor = manifest.requires_pixi.removeprefix(">=").strip()
+    want = "v" + floor + (".0" if floor.count(".") == 1 else "")
+    for path in (BUILD, LOCKS):
+        pinned = [ln.split(":", 1)[1].strip() for ln in path.read_text().splitlines() if ln.strip().startswith("PIXI_VERSION:")]
+        assert pinned == [want], path
+    toml = repo_copy / "pixi.toml"
+    toml.write_text(toml.read_text().replace(f'requires-pixi = "{manifest.requires_pixi}"', 'requires-pixi = ">=0.79.1,<1"'))
+    assert "PIXI_VERSION: v0.79.1\n" in workflows.render(repo_copy)[workflows.LOCKS_FILE]
+    code, _, err = mmstack("ci", "generate", "--check", "--root", str(repo_copy))
+    assert code == 1 and ("locks.yml" in err or "build.yml" in err)
+
+
+@pytest.mark.parametrize("value, needle", [('"0.71"', "no lower bound"), ("71", "must be a version spec string")])
+def test_unusable_requires_pixi_is_bad_input(repo_copy, value, needle):
+    toml = repo_copy / "pixi.toml"
+    toml.write_text(toml.read_text().replace('requires-pixi = ">=0.71"', f"requires-pixi = {value}"))
+    code, _, err = mmstack("ci", "generate", "--check", "--root", str(repo_copy))
+    assert code == 2 and "requires-pixi" in err and needle in err and len(err.strip().splitlines()) == 1
+
+
+def test_every_script_the_workflows_call_exists_and_parses():
+    """The jobs call scripts/ (so a lab can run the same step by hand); each exists, is executable
+    and is valid bash."""
+    import re as _re
+
+    called = set()
+    for path in (BUILD, LOCKS):
+        called |= set(_re.findall(r"\bscripts/[\w.-]+\.sh\b", path.read_text()))
+    assert {"scripts/build-variant.sh", "scripts/gpu-probe.sh", "scripts/lock-diff.sh", "scripts/fetch-channel.sh"} <= called
+    for rel in sorted(called):
+        script = ROOT / rel
+        assert script.is_file() and os.access(script, os.X_OK), rel
+        subprocess.run(["bash", "-n", str(script)], check=True)
+
+
+def test_gpu_probe_outside_actions_says_what_it_would_set(tmp_path):
+    """By hand (no $GITHUB_OUTPUT): the probe prints its outputs; on this machine there is no GPU
+    unless nvidia-smi lists one."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GITHUB_")}
+    proc = subprocess.run(["bash", str(ROOT / "scripts" / "gpu-probe.sh")], capture_output=True, text=True,
+                          env={**env, "CUDA": "12.9", "JOB": "job", "RUNNER_KEY": "rtx4090"}, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    has_gpu = shutil.which("nvidia-smi") and subprocess.run(["nvidia-smi", "-L"], capture_output=True).returncode == 0
+    if has_gpu:
+        assert "output: present=true" in proc.stdout
+    else:
+        assert "output: present=false" in proc.stdout and "env: CONDA_OVERRIDE_CUDA=12.9" in proc.stdout
+        assert 'map "rtx4090" in vars.GPU_RUNNERS' in proc.stdout

@@ -112,14 +112,27 @@ export CXXFLAGS="${CXXFLAGS:-${py_cflags}} -g0"
 # OpenMP for the CPU ops: patches/0004-enable-openmp-cpu-ops.patch adds -fopenmp in setup.py
 # (compile and link), where the flags for the ops are chosen.
 
-# libstdc++ must be linked as a shared library. A g++ without a shared libstdc++ (found on the
-# lent H200's image: /opt/gcc's g++ 13.3 has only libstdc++.a) links a private copy of the
-# iostream code into _ext whose locale facets are never initialised, because the process's
-# libstdc++.so.6 (loaded by python and torch) already owns them: the first `ostream << int`
-# in _ext (get_compiler_version, get_compiling_cuda_version, hence collect_env() and every
-# mmdet training start) dies with SIGSEGV in basic_ostream::_M_insert<long>
-# (benchmarks/results/h200/ holds the cuda-gdb backtrace). Link against the libstdc++.so.6
-# torch itself uses instead. conda's compilers always have the shared one; this is a no-op there.
+# libstdc++ must be a NEEDED shared library of _ext, never a copy linked into it. What the two
+# H200 runs in benchmarks/results/h200/ show:
+# - run 1 (crash): _ext's NEEDED entries (verify_sm90.json, L3 evidence) have no libstdc++.so.6,
+#   and cuda-gdb puts the SIGSEGV in libstdc++ code inside _ext.so itself
+#   (basic_ostream::_M_insert<long> called from get_compiler_version; segv_sm90.txt): _ext
+#   carries its own copy of libstdc++'s iostream code. Every `ostream << int` in _ext
+#   (get_compiler_version, get_compiling_cuda_version, hence collect_env() and every mmdet
+#   training start) dies there.
+# - run 2 (fixed): NEEDED lists libstdc++.so.6 (needed_sm90.txt), resolved to
+#   /usr/lib/x86_64-linux-gnu/libstdc++.so.6.0.33, the one python and torch load (L3 evidence);
+#   get_compiler_version returns "GCC 13.3" (segv_sm90.txt).
+# - Not shown: why run 1's link took the static copy. The compiler torch linked with was $CXX:
+#   doctor_sm90.json records /opt/gcc/bin/g++ 13.3.0 (mmstack doctor reads $CXX, else g++ on
+#   PATH), while the shell's g++ was Ubuntu's /usr/bin/g++ (machine.txt), whose
+#   `-print-file-name=libstdc++.so` finds a shared one. That probe tested the other compiler,
+#   and run 1 kept no build log, so whether /opt/gcc's g++ lacks a shared libstdc++ is not
+#   recorded (record `$CXX -print-file-name=libstdc++.so` and the link line next time).
+# Two guards follow from what is shown. Below: when $CXX finds no shared libstdc++, link
+# against the libstdc++.so.6 torch itself loads (a no-op with conda's compilers, which always
+# have it). After the install: readelf must list libstdc++.so among _ext's NEEDED entries, else
+# the build fails instead of shipping the crash.
 cxx="${CXX:-g++}"
 stdcxx_so="$("${cxx}" -print-file-name=libstdc++.so 2>/dev/null || true)"
 if [[ "${stdcxx_so}" != /* || ! -e "${stdcxx_so}" ]]; then

@@ -204,9 +204,14 @@ def run_stack_build(
     config = Path(variant_config) if variant_config else root / "conda_build_config.yaml"
     built: list[BuiltPackage] = []
     for recipe in recipes:
-        recipe_dir = Path(recipe) if isinstance(recipe, os.PathLike) or os.sep in str(recipe) else root / "recipes" / recipe
-        built += run_build(recipe_dir=recipe_dir, variant_config=config, channel_dir=channel_dir, env=env, **kwargs)
+        built += run_build(recipe_dir=recipe_path(root, recipe), variant_config=config, channel_dir=channel_dir,
+                           env=env, **kwargs)
     return built
+
+
+def recipe_path(root: str | os.PathLike[str], recipe: str | os.PathLike[str]) -> Path:
+    """A recipe name (`mmcv`: root/recipes/mmcv) or a recipe directory."""
+    return Path(recipe) if isinstance(recipe, os.PathLike) or os.sep in str(recipe) else Path(root) / "recipes" / recipe
 
 
 def check_recipes(root: str | os.PathLike[str]) -> str:

@@ -1,15 +1,15 @@
 """Text of the generated GitHub Actions workflows (filled in by workflows.py).
 
 Placeholders are `@@NAME@@` (GitHub's own `${{ }}` expressions stay literal). Pinned versions
-live here, once: setup-pixi and pixi as pixi's CI docs pin them
-(https://pixi.sh/latest/integration/ci/github_actions/), rattler-build at the version the
-`build` extra's py-rattler-build embeds (`rattler_build.get_rattler_build_version_py()`).
+live here, once: setup-pixi as pixi's CI docs pin it
+(https://pixi.sh/latest/integration/ci/github_actions/; pixi itself is the floor of pixi.toml's
+`requires-pixi`), rattler-build at the version the `build` extra's py-rattler-build embeds (`rattler_build.get_rattler_build_version_py()`).
 """
 
 from __future__ import annotations
 
 SETUP_PIXI = "prefix-dev/setup-pixi@v0.9.2"
-PIXI_VERSION = "v0.63.2"
+# The pixi version is not pinned here: workflows.py takes it from pixi.toml's requires-pixi.
 RATTLER_BUILD_SPEC = "rattler-build==0.73.*"
 RATTLER_INDEX_SPEC = "rattler-index"
 
@@ -91,9 +91,7 @@ jobs:
           run-install: false
           cache: false
       - name: Build recipes/mmstack
-        run: >-
-          pixi exec --spec "$RATTLER_BUILD" -- rattler-build build
-          --recipe recipes/mmstack --channel conda-forge --output-dir output
+        run: scripts/build-mmstack.sh
       - uses: actions/upload-artifact@v4
         with:
           name: mmstack-noarch
@@ -126,22 +124,11 @@ jobs:
           CUDA: ${{ matrix.cuda_compiler_version }}
           JOB: ${{ matrix.name }}
           RUNNER_KEY: ${{ matrix.runner_key }}
-        run: |
-          if nvidia-smi -L > "$RUNNER_TEMP/gpus.txt" 2>/dev/null; then
-            echo "present=true" >> "$GITHUB_OUTPUT"
-            echo "- $JOB: $(head -n 1 "$RUNNER_TEMP/gpus.txt"); the ladder runs L2 and L4 on it (--expect-gpu)" >> "$GITHUB_STEP_SUMMARY"
-          else
-            echo "present=false" >> "$GITHUB_OUTPUT"
-            # No driver: tell the solver which CUDA to assume so pytorch's CUDA build (needs __cuda) resolves.
-            if [ "$CUDA" != "None" ]; then echo "CONDA_OVERRIDE_CUDA=$CUDA" >> "$GITHUB_ENV"; fi
-            echo "- $JOB: no GPU on runner $RUNNER_NAME, so L2 and L4 are skipped (the ladder logs why); map \\"$RUNNER_KEY\\" in vars.GPU_RUNNERS to a GPU runner to run them" >> "$GITHUB_STEP_SUMMARY"
-          fi
+        run: scripts/gpu-probe.sh
       - uses: actions/download-artifact@v4
         with:
           name: mmstack-noarch
           path: output/noarch
-      - name: Index output/ (the recipe tests install mmstack from it)
-        run: pixi exec --spec "$RATTLER_INDEX" -- rattler-index fs output --force
       # key = hash of conda_build_config.yaml and the variant (cache_key) + hash of the recipe files
       - uses: actions/cache@v4
         id: cache
@@ -151,30 +138,18 @@ jobs:
       - name: Build ${{ matrix.build_string_prefix }} for Python ${{ matrix.python }} and run the recipe tests
         if: steps.cache.outputs.cache-hit != 'true'
         run: >-
-          pixi exec --spec "$RATTLER_BUILD" -- rattler-build build
-          --recipe recipes/mmcv
-          --variant-config conda_build_config.yaml
+          scripts/build-variant.sh
           --variant "python=${{ matrix.python }}"
           --variant "pytorch=${{ matrix.pytorch }}"
           --variant "cuda_compiler_version=${{ matrix.cuda_compiler_version }}"
           --variant "mmcv_arch_list=${{ matrix.mmcv_arch_list }}"
           --variant "arch_tag=${{ matrix.arch_tag }}"
-          --channel conda-forge
-          --output-dir output
       - name: Recipe tests on the cached build
         if: steps.cache.outputs.cache-hit == 'true'
-        run: |
-          for pkg in output/linux-64/mmcv-*.conda; do
-            pixi exec --spec "$RATTLER_BUILD" -- rattler-build test --package-file "$pkg" \\
-              --channel "file://$PWD/output" --channel conda-forge
-          done
+        run: scripts/test-built.sh
       - name: Ladder on this runner's GPU (L2 and L4 must run, not skip)
         if: steps.gpu.outputs.present == 'true'
-        run: |
-          pixi exec --spec "$RATTLER_INDEX" -- rattler-index fs output --force
-          pixi exec --channel "file://$PWD/output" --channel conda-forge \
-            --spec "python ${{ matrix.python }}.*" --spec "mmcv * ${{ matrix.build_string_glob }}" --spec mmstack \
-            -- mmstack verify --levels L1,L2,L3,L4 --expect-gpu
+        run: scripts/ladder.sh "${{ matrix.python }}" "${{ matrix.build_string_glob }}"
       - uses: actions/upload-artifact@v4
         with:
           name: mmcv-${{ matrix.key }}
@@ -210,21 +185,7 @@ jobs:
       - name: Describe the channel
         env:
           PAGES: https://${{ github.repository_owner }}.github.io/${{ github.event.repository.name }}
-        run: |
-          url=$(echo "$PAGES" | tr '[:upper:]' '[:lower:]')
-          {
-            echo "<!doctype html><title>mmstack channel</title><h1>mmcv conda channel</h1>"
-            echo "<pre>conda install -c $url -c conda-forge mmcv</pre><ul>"
-            for pkg in channel/*/*.conda; do echo "<li>${pkg#channel/}</li>"; done
-            echo "</ul>"
-          } > channel/index.html
-          {
-            echo "### Channel"
-            echo '```'
-            echo "conda install -c $url -c conda-forge mmcv"
-            echo '```'
-            ls channel/*/*.conda | sed 's/^/- /'
-          } >> "$GITHUB_STEP_SUMMARY"
+        run: scripts/describe-channel.sh "$PAGES"
       - uses: actions/upload-artifact@v4
         with:
           name: channel
@@ -257,14 +218,7 @@ FETCH_CHANNEL = """\
         env:
           GH_TOKEN: ${{ github.token }}
           BRANCH: ${{ github.event.repository.default_branch }}
-        run: |
-          run_id=$(gh run list --repo "$GITHUB_REPOSITORY" --workflow build.yml --branch "$BRANCH" \\
-            --status success --limit 1 --json databaseId --jq '.[0].databaseId')
-          if [ -n "$run_id" ]; then
-            gh run download "$run_id" --repo "$GITHUB_REPOSITORY" --name channel --dir channel
-          else
-            echo "::warning::no successful build on $BRANCH yet: ./channel stays empty"
-          fi
+        run: scripts/fetch-channel.sh
 """
 
 LOCKS = """\
@@ -361,27 +315,9 @@ jobs:
         run: mmstack lock
       - name: Diff
         id: diff
-        run: |
-          git add --intent-to-add pixi.lock envs 2>/dev/null || true
-          git diff -- pixi.lock envs > "$RUNNER_TEMP/lock-refresh.diff"
-          if [ -s "$RUNNER_TEMP/lock-refresh.diff" ]; then
-            echo "changed=true" >> "$GITHUB_OUTPUT"
-            {
-              echo "### mmstack lock: the re-solve changed the lockfiles"
-              echo '```'
-              git diff --stat -- pixi.lock envs
-              echo '```'
-              echo '<details><summary>diff (first 60 kB)</summary>'
-              echo
-              echo '```diff'
-              head -c 60000 "$RUNNER_TEMP/lock-refresh.diff"
-              echo '```'
-              echo '</details>'
-            } >> "$GITHUB_STEP_SUMMARY"
-          else
-            echo "changed=false" >> "$GITHUB_OUTPUT"
-            echo "### mmstack lock: the lockfiles are current" >> "$GITHUB_STEP_SUMMARY"
-          fi
+        env:
+          DIFF_FILE: ${{ runner.temp }}/lock-refresh.diff
+        run: scripts/lock-diff.sh
       - uses: actions/upload-artifact@v4
         if: steps.diff.outputs.changed == 'true'
         with:

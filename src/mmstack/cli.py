@@ -1,6 +1,6 @@
 """Argument parsing only: every command calls a keyword-only function and maps errors to exit codes.
 
-Exit codes (DESIGN.md): 0 all good, 1 a check found a problem, 2 bad input.
+Exit codes (docs/architecture.md): 0 all good, 1 a check found a problem, 2 bad input.
 """
 
 from __future__ import annotations
@@ -64,11 +64,12 @@ def matrix(
 
 
 @app.command()
-def check(root: Path = typer.Option(Path("."), "--root", help="Repository root."), json: bool = JSON) -> None:
+def check(root: Path = typer.Option(Path("."), "--root", help="Repository root."), json: bool = JSON,
+          strict: bool = typer.Option(False, "--strict", help="A stage that did not run (SKIP) is a failure (CI).")) -> None:
     """Validate facts, variants, recipes, pixi.toml, workflows and locks together."""
     from .commands.check_cmd import run_check
 
-    raise typer.Exit(run_check(root=root, as_json=json))
+    raise typer.Exit(run_check(root=root, as_json=json, strict=strict))
 
 
 @app.command()
@@ -188,12 +189,12 @@ def lock_check(
     env: Optional[list[str]] = ENV_OPT,
     channel: Optional[list[str]] = CHANNEL_OPT,
     root: Path = ROOT_OPT,
-    allow_missing: bool = typer.Option(False, "--allow-missing", help="No pixi.lock is not a failure."),
+    require_lock: bool = typer.Option(False, "--require-lock", help="No pixi.lock is a failure (for a tree that commits its lock)."),
 ) -> None:
     """Exit 1 with one line per problem when a lock is stale or breaks the policy for its generation."""
     from .lock import run_lock_check
 
-    raise typer.Exit(run_lock_check(root=root, envs=env or None, channels=channel or None, allow_missing=allow_missing))
+    raise typer.Exit(run_lock_check(root=root, envs=env or None, channels=channel or None, require_lock=require_lock))
 
 
 def main(argv: list[str] | None = None) -> int:

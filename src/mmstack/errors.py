@@ -1,6 +1,6 @@
 """One error hierarchy. Messages say what was found, what was expected, and the fix.
 
-Exit codes follow DESIGN.md: 1 = a check found a problem, 2 = bad input.
+Exit codes follow docs/architecture.md: 1 = a check found a problem, 2 = bad input.
 """
 
 from __future__ import annotations

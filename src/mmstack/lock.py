@@ -1,7 +1,7 @@
 """`mmstack lock` and `mmstack lock check`: solve each environment of pixi.toml with py-rattler,
 write pixi.lock and envs/<env>.conda-lock.yml from the same solve, and gate CI on them.
 
-Data flow (DESIGN.md): facts + variant matrix -> pixi.toml (checked, not trusted) -> solve ->
+Data flow (docs/architecture.md): facts + variant matrix -> pixi.toml (checked, not trusted) -> solve ->
 pixi.lock + envs/. The solve assumes the virtual packages a machine of the generation has:
 `__cuda` at the generation's CUDA (the driver floor the environment pins), `__cuda_arch` at its
 compute capability, `__glibc`/`__linux` from the platform entry (pixi's defaults 2.28 / 4.18),
@@ -154,6 +154,13 @@ def render_env_yml(env: EnvSpec, facts: Facts) -> str:
     return "\n".join(lines) + "\n"
 
 
+def conda_lock_hash(env: EnvSpec, plat: Platform, facts: Facts) -> str:
+    """The content_hash conda-lock computes for `conda-lock lock -f envs/<env>.yml -p <subdir>
+    --virtual-package-spec envs/<env>.virtual-packages.yml` (lockfile.conda_lock_content_hash)."""
+    return lockfile.conda_lock_content_hash(specs=[_conda_spec(s) for s in env.specs], channels=list(env.channels),
+                                            subdir=plat.subdir, virtual_packages=virtual_packages(env, plat, facts))
+
+
 def _conda_spec(s) -> str:
     """`mmcv=2.2.0=cuda129_sm89_*`, `python=3.11`, `py-rattler>=0.28` (conda's spellings)."""
     ver = s.version or "*"
@@ -194,8 +201,11 @@ def run_lock(*, root: Path = Path("."), envs: list[str] | None = None, channels:
         return 0
 
     names = _selected(inputs.manifest, envs)
+    from .channel import require_reachable
+
+    require_reachable(inputs.channels, option="--channel")
     lock_path = root / lockfile.PIXI_LOCK
-    old = lockfile.read_pixi_lock(lock_path) if lock_path.is_file() else {}
+    old = lockfile.read_pixi_lock(lock_path, inputs.manifest.platforms) if lock_path.is_file() else {}
     solved: dict[str, tuple[Platform, list[str], list]] = {}
     report.info(f"solving {len(names)} environment(s) against {', '.join(inputs.channels)}")
     from rattler import Gateway
@@ -218,8 +228,10 @@ def run_lock(*, root: Path = Path("."), envs: list[str] | None = None, channels:
             if name in all_envs or name not in inputs.manifest.envs:
                 continue
             prev = old[name]
-            declared = tuple(tuple(s.split("=", 1)) for s in prev.virtual_packages)
-            plat = Platform(prev.platform, prev.subdir, tuple((n, v.split("=")[0]) for n, v in declared))
+            plat = next((p for p in inputs.manifest.platforms if p.name == prev.platform), None)
+            if plat is None or plat.identity() != pixi_manifest.platform_identity(prev.subdir, prev.virtual_packages):
+                raise CheckFailed(f"{name}: locked on platform {prev.platform!r}, which pixi.toml no longer declares",
+                                  fix="re-lock every environment: `mmstack lock` without --env")
             recs = e.conda_repodata_records_for_platform(e.platforms()[0]) or []
             all_envs[name] = (plat, list(prev.channels), list(recs))
     seen: dict[str, Platform] = {}
@@ -229,16 +241,20 @@ def run_lock(*, root: Path = Path("."), envs: list[str] | None = None, channels:
                               f" with {name!r}", fix="re-lock every environment: `mmstack lock` without --env")
 
     files = dict(ymls)
-    lf = lockfile.build_pixi_lock(all_envs)
+    lf = lockfile.build_pixi_lock(all_envs, inputs.manifest.lock_aliases())
     files[lock_path] = lambda p: lf.to_path(p)
     for name, (plat, chans, records) in solved.items():
         env = inputs.manifest.envs[name]
         locked = _locked(name, plat, chans, records)
         digests = policy.input_digests(env, inputs.facts, inputs.matrix)
         sources = ["../pixi.toml"] + ([f"{name}.yml"] if lockfile.env_yml_path(root, name) in ymls else [])
+        vps = virtual_packages(env, plat, inputs.facts)
         doc = lockfile.conda_lock_document(env=locked, channels=chans, sources=sources, digests=digests,
-                                           content_hash=policy.digest(digests))
+                                           content_hash=conda_lock_hash(env, plat, inputs.facts))
         files[lockfile.conda_lock_path(root, name)] = lockfile.text_writer(lockfile.dump_yaml(doc))
+        files[lockfile.vp_spec_path(root, name)] = lockfile.text_writer(
+            f"# conda-lock --virtual-package-spec for {name}: what `mmstack lock` solved with.\n"
+            + lockfile.dump_yaml(lockfile.conda_lock_virtual_package_spec(plat.subdir, vps)))
     lockfile.write_atomically(files)
 
     for name, (plat, chans, records) in solved.items():
@@ -272,9 +288,16 @@ def _print_changes(name: str, before: LockedEnv | None, after: LockedEnv) -> Non
 # -- mmstack lock check -----------------------------------------------------------------------------
 
 
+# One rule for a tree without pixi.lock, shared by `mmstack lock check` and `mmstack check`: a
+# pixi.lock is optional (this repository commits none; envs/README.md says why). Without one there
+# is nothing locked to check: both commands check pixi.toml and envs/*.yml, say NO_LOCK, and pass
+# on those. `--require-lock` (for a tree that commits its lock) makes the absence a failure.
+NO_LOCK = "no pixi.lock: nothing locked to check (`mmstack lock` writes one)"
+
+
 def collect_problems(*, root: Path = Path("."), envs: list[str] | None = None, channels: list[str] | None = None,
                      facts: Facts | None = None, config: Path | None = None,
-                     allow_missing: bool = False) -> tuple[list[policy.Problem], str]:
+                     require_lock: bool = False) -> tuple[list[policy.Problem], str]:
     """All problems (manifest drift, env ymls, locks) and a one-line summary of what was checked."""
     inputs = _inputs(root, facts, config, channels)
     problems = policy.manifest_problems(inputs.manifest, inputs.facts, inputs.matrix)
@@ -294,12 +317,11 @@ def collect_problems(*, root: Path = Path("."), envs: list[str] | None = None, c
 
     lock_path = root / lockfile.PIXI_LOCK
     if not lock_path.is_file():
-        if allow_missing:
-            return problems, f"pixi.toml agrees with the facts and the matrix ({len(names)} environments); no pixi.lock (allowed)"
-        problems.append(policy.Problem("-", "-", "missing-lock", "no pixi.lock", "mmstack lock"))
-        return problems, "no pixi.lock"
+        if require_lock:
+            problems.append(policy.Problem("-", "-", "missing-lock", "no pixi.lock (--require-lock)", "mmstack lock"))
+        return problems, f"pixi.toml and envs/*.yml agree with the facts and the matrix ({len(names)} environments); {NO_LOCK}"
 
-    locked = lockfile.read_pixi_lock(lock_path)
+    locked = lockfile.read_pixi_lock(lock_path, inputs.manifest.platforms)
     index = policy.ChannelIndex(inputs.channels)
     for name in names:
         env = inputs.manifest.envs[name]
@@ -324,22 +346,22 @@ def collect_problems(*, root: Path = Path("."), envs: list[str] | None = None, c
 
 
 def run_lock_check(*, root: Path = Path("."), envs: list[str] | None = None, channels: list[str] | None = None,
-                   facts: Facts | None = None, config: Path | None = None, allow_missing: bool = False) -> int:
+                   facts: Facts | None = None, config: Path | None = None, require_lock: bool = False) -> int:
     problems, summary = collect_problems(root=root, envs=envs, channels=channels, facts=facts, config=config,
-                                         allow_missing=allow_missing)
+                                         require_lock=require_lock)
     out = report.console()
     for p in problems:
         out.print(p.line(), highlight=False, markup=False, soft_wrap=True)
     if problems:
         report.error_line(f"lock check: {len(problems)} problem(s)")
         return 1
-    out.print(f"lock check: OK: {summary}", highlight=False, markup=False)
+    out.print(f"lock check: OK: {summary}", highlight=False, markup=False, soft_wrap=True)
     return 0
 
 
 def check_locks_for_check_command(root: Path) -> str:
     """`mmstack check`'s stage: pixi.toml and envs/ against facts + matrix, and any pixi.lock present."""
-    problems, summary = collect_problems(root=root, allow_missing=True)
+    problems, summary = collect_problems(root=root)
     if problems:
         more = f" (and {len(problems) - 1} more; run `mmstack lock check`)" if len(problems) > 1 else ""
         first = problems[0]

@@ -13,10 +13,11 @@ renamed into place only when all of them were written.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
-import tempfile
+import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -83,8 +84,40 @@ class LockedEnv:
 # -- pixi.lock ---------------------------------------------------------------------------------
 
 
-def read_pixi_lock(path: Path) -> dict[str, LockedEnv]:
-    """Every environment in a pixi.lock; a file rattler cannot read is a BadInput naming it."""
+def read_pixi_lock(path: Path, platforms: tuple[Platform, ...] | None = None) -> dict[str, LockedEnv]:
+    """Every environment in a pixi.lock; a file rattler cannot read is a BadInput naming it.
+
+    With the manifest's `platforms`, locked platform names are aligned to the manifest's by
+    identity (see `align_platform_names`), so a lock in pixi's form (`p1`, `p2`, ...) and one with
+    the full names read the same."""
+    envs = _read_pixi_lock(path)
+    return align_platform_names(envs, platforms) if platforms is not None else envs
+
+
+def align_platform_names(envs: dict[str, LockedEnv], platforms: tuple[Platform, ...]) -> dict[str, LockedEnv]:
+    """Rename each locked platform to the manifest platform of the same identity (subdir plus
+    customised virtual packages), as pixi does on load (pixi_core lock_file/platform_rename.rs,
+    `compute_renames`): only when exactly one manifest platform matches, the locked name is not
+    already a manifest name, and the target name is not taken by another locked platform.
+    Anything else stays as locked, for the policy to flag."""
+    from dataclasses import replace
+
+    from .pixi_manifest import platform_identity
+
+    manifest_names = {p.name for p in platforms}
+    locked = {e.platform: (e.subdir, e.virtual_packages) for e in envs.values()}
+    renames: dict[str, str] = {}
+    for name, (subdir, vps) in locked.items():
+        if name in manifest_names:
+            continue
+        ident = platform_identity(subdir, vps)
+        hits = [p for p in platforms if p.identity() == ident]
+        if len(hits) == 1 and hits[0].name not in locked:
+            renames[name] = hits[0].name
+    return {n: replace(e, platform=renames.get(e.platform, e.platform)) for n, e in envs.items()}
+
+
+def _read_pixi_lock(path: Path) -> dict[str, LockedEnv]:
     from rattler import LockFile
 
     path = Path(path)
@@ -115,16 +148,22 @@ def read_pixi_lock(path: Path) -> dict[str, LockedEnv]:
         raise BadInput(f"cannot read the lock file: {msg}", source=str(path), fix="run `mmstack lock` to rewrite it") from None
 
 
-def build_pixi_lock(envs: dict[str, tuple[Platform, list[str], list]]):
-    """A rattler LockFile: env name -> (platform, channel URLs, rattler records)."""
+def build_pixi_lock(envs: dict[str, tuple[Platform, list[str], list]], aliases: dict[str, str] | None = None):
+    """A rattler LockFile: env name -> (platform, channel URLs, rattler records).
+
+    As pixi writes it: a platform that is not a bare subdir is named by its alias (`p1`, `p2`, ...
+    from `Manifest.lock_aliases`), its virtual packages are the declared ones plus the subdir's
+    defaults; readers match it back to pixi.toml by identity."""
     from rattler import LockChannel, LockFile, LockPlatform
     from rattler import Subdir
 
+    aliases = aliases or {}
     plats: dict[str, object] = {}
     for _, (plat, _, _) in sorted(envs.items()):
         if plat.name not in plats:
-            subdir = None if plat.name == plat.subdir else Subdir(plat.subdir)
-            plats[plat.name] = LockPlatform(plat.name, subdir=subdir, virtual_packages=plat.lock_strings())
+            name = aliases.get(plat.name, plat.name)
+            subdir = None if name == plat.subdir else Subdir(plat.subdir)
+            plats[plat.name] = LockPlatform(name, subdir=subdir, virtual_packages=plat.lock_strings())
     lf = LockFile(list(plats.values()))
     for name, (plat, channels, records) in sorted(envs.items()):
         lf.set_channels(name, [LockChannel(c.rstrip("/")) for c in channels])
@@ -139,6 +178,10 @@ def build_pixi_lock(envs: dict[str, tuple[Platform, list[str], list]]):
 
 def conda_lock_path(root: Path, env: str) -> Path:
     return Path(root) / ENVS_DIR / f"{env}.conda-lock.yml"
+
+
+def vp_spec_path(root: Path, env: str) -> Path:
+    return Path(root) / ENVS_DIR / f"{env}.virtual-packages.yml"
 
 
 def env_yml_path(root: Path, env: str) -> Path:
@@ -193,6 +236,77 @@ def _dependencies(depends) -> dict[str, str]:
         else:
             out[name] = out.get(name) or version
     return out
+
+
+# -- conda-lock's content_hash ---------------------------------------------------------------------
+#
+# conda-lock (conda_lock/content_hash.py, `compute_content_hashes`) hashes, per platform, the
+# lock specification it parses from its source files plus the virtual-package repodata it solves
+# with: sha256 of `json.dumps({"channels": [...], "specs": [...], "virtual_package_hash": {...}},
+# sort_keys=True)`. mmstack computes the same for `conda-lock lock -f envs/<env>.yml -p <subdir>
+# --virtual-package-spec envs/<env>.virtual-packages.yml`, the source and the virtual packages
+# the environment was solved with, so `conda-lock --check-input-hash` with those arguments finds the
+# lock current. tests/data/conda_lock_content_hash.json records conda-lock's own values (the
+# command and version in its header) and tests/test_lock.py holds this code to them.
+
+CONDA_LOCK_VP_TIMESTAMP = 1577854800000  # conda_lock.virtual_package.DEFAULT_TIME
+_SPEC = re.compile(r"^(?:(?P<chan>[^:\s]+)::)?(?P<name>[A-Za-z0-9_.-]+)(?P<rest>.*)$")
+
+
+def conda_lock_dependency(spec: str) -> dict:
+    """One environment.yml dependency as conda-lock serialises it (`VersionedDependency.model_dump()`
+    less the null `markers`), for the spellings `render_env_yml` writes: `name`, `name=ver`,
+    `name=ver=build`, `name<op>ver[,...]`, `name ver`, with an optional `channel::` prefix."""
+    m = _SPEC.match(spec.strip())
+    if not m:
+        raise ValueError(f"cannot read the conda spec {spec!r}")
+    rest = m["rest"].strip()
+    version, build = "", None
+    if rest.startswith("==") and "=" not in rest[2:]:
+        version = rest[2:]
+    elif rest.startswith("=") and not rest.startswith("=="):
+        parts = rest[1:].split("=")
+        if len(parts) == 1:  # `=1.2` is conda's fuzzy `1.2.*`
+            version = parts[0] if parts[0].endswith("*") else parts[0] + ".*"
+        elif len(parts) == 2:  # `=1.2=build`: exact version and a build
+            version, build = parts
+        else:
+            raise ValueError(f"cannot read the conda spec {spec!r}")
+    elif rest:
+        version = re.sub(r"\s+", "", rest)
+    return {"build": build, "category": "main", "conda_channel": m["chan"], "extras": [], "hash": None,
+            "manager": "conda", "name": m["name"], "version": version}
+
+
+def conda_lock_virtual_package_spec(subdir: str, virtual_packages: dict[str, str]) -> dict:
+    """conda-lock's `--virtual-package-spec` document (`__archspec` is `1 <microarch>`)."""
+    pkgs = {n: (f"1 {v}" if n == "__archspec" else str(v)) for n, v in virtual_packages.items()}
+    return {"subdirs": {subdir: {"packages": pkgs}}}
+
+
+def _vp_repodata(subdir: str, vp_spec: dict) -> dict:
+    packages = {}
+    for name, value in vp_spec["subdirs"][subdir]["packages"].items():
+        version, _, build_string = str(value).partition(" ")
+        build = f"{build_string}_0" if build_string else "0"  # conda-lock's reinserted build number
+        packages[f"{name}-{version}-{build}.tar.bz2"] = {
+            "build": build, "build_number": 0, "build_string": build_string, "depends": [], "name": name,
+            "noarch": "", "package_type": "virtual_system", "subdir": subdir,
+            "timestamp": CONDA_LOCK_VP_TIMESTAMP, "version": version}
+    return {"noarch": {"info": {"subdir": "noarch"}, "packages": {}},
+            subdir: {"info": {"subdir": subdir}, "packages": packages}}
+
+
+def conda_lock_content_hash(*, specs: list[str], channels: list[str], subdir: str, virtual_packages: dict[str, str]) -> str:
+    """conda-lock's content_hash of an environment.yml with these dependencies and channels (as
+    written there) on `subdir`, solved with these virtual packages."""
+    deps = sorted((conda_lock_dependency(s) for s in specs), key=lambda d: (d["manager"], d["name"]))
+    data = {
+        "channels": [json.dumps({"url": c, "used_env_vars": []}, separators=(",", ":")) for c in channels],
+        "specs": deps,
+        "virtual_package_hash": _vp_repodata(subdir, conda_lock_virtual_package_spec(subdir, virtual_packages)),
+    }
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode("utf-8")).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -348,16 +462,28 @@ def write_atomically(files: dict[Path, Callable[[Path], None]]) -> None:
     try:
         for target, writer in files.items():
             target.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-            os.close(fd)
-            staged.append((Path(tmp), target))
-            writer(Path(tmp))
+            tmp = _new_temp(target)
+            staged.append((tmp, target))
+            writer(tmp)
     except BaseException:
         for tmp, _ in staged:
             tmp.unlink(missing_ok=True)
         raise
     for tmp, target in staged:
         os.replace(tmp, target)
+
+
+def _new_temp(target: Path) -> Path:
+    """An empty new file beside `target`, mode 0666 less the umask (as any file a user writes; not
+    mkstemp's 0600, which the rename would carry over to the lockfile)."""
+    for _ in range(100):
+        tmp = target.parent / f".{target.name}.{secrets.token_hex(4)}.tmp"
+        try:
+            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+            return tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary name beside {target}")
 
 
 def text_writer(text: str) -> Callable[[Path], None]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -48,9 +49,69 @@ class Platform:
     def vp(self, name: str) -> str | None:
         return self.virtual_packages.get(name)
 
-    def lock_strings(self) -> list[str]:
-        """How pixi.lock v7 writes a platform's declared virtual packages: `__cuda=12.9`."""
+    def declared_strings(self) -> list[str]:
+        """The declared virtual packages as `__cuda=12.9` (what the lock digests hash)."""
         return [f"{n}={v}" for n, v in self.declared]
+
+    def lock_strings(self) -> list[str]:
+        """What pixi writes into pixi.lock for this platform: the declared virtual packages, then
+        the subdir's defaults not declared (`__unix=0=0`, `__linux=4.18`, `__glibc=2.28`,
+        `__archspec=0=x86_64` on linux-64), each `name=version[=build]`."""
+        out = [f"{n}={v}" for n, v in self.declared]
+        declared = {n for n, _ in self.declared}
+        for n, v, b in subdir_defaults(self.subdir):
+            if n not in declared:
+                out.append(f"{n}={v}={b}" if b else f"{n}={v}")
+        return out
+
+    @property
+    def is_subdir_platform(self) -> bool:
+        """A bare subdir entry (`"linux-64"`): pixi.lock keeps its name; others get aliases."""
+        return self.name == self.subdir
+
+    def identity(self) -> tuple:
+        """What pixi matches a locked platform by: the subdir plus the customised virtual packages."""
+        return platform_identity(self.subdir, self.lock_strings())
+
+
+# pixi's per-subdir default virtual packages (pixi_manifest/src/platform.rs,
+# `subdir_default_virtual_packages`): name, version, build string.
+_ARCHSPEC = {"linux-64": "x86_64", "linux-aarch64": "aarch64", "linux-ppc64le": "ppc64le", "osx-64": "x86_64",
+             "osx-arm64": "m1", "win-64": "x86_64"}
+
+
+def subdir_defaults(subdir: str) -> list[tuple[str, str, str]]:
+    out = []
+    if subdir.startswith(("linux", "osx")):
+        out.append(("__unix", "0", "0"))
+    if subdir.startswith("linux"):
+        out += [("__linux", LINUX_DEFAULTS["__linux"], ""), ("__glibc", LINUX_DEFAULTS["__glibc"], "")]
+    if subdir in _ARCHSPEC:
+        out.append(("__archspec", "0", _ARCHSPEC[subdir]))
+    return out
+
+
+def _norm_version(v: str) -> str:
+    parts = v.split(".")
+    while len(parts) > 1 and parts[-1] == "0":
+        parts.pop()
+    return ".".join(parts)
+
+
+def platform_identity(subdir: str, lock_strings) -> tuple:
+    """(subdir, sorted customised virtual packages): `name=version[=build]` strings less the
+    subdir's defaults, build `0` read as none (pixi's `customised_virtual_packages`)."""
+    defaults = {(n, _norm_version(v), b) for n, v, b in subdir_defaults(subdir)}
+    custom = set()
+    for raw in lock_strings:
+        parts = str(raw).split("=", 2)
+        if len(parts) < 2:
+            continue
+        name, version, build = parts[0], _norm_version(parts[1]), parts[2] if len(parts) == 3 else ""
+        if (name, version, build) in defaults:
+            continue
+        custom.add((name, version, "" if build == "0" else build))
+    return (subdir, tuple(sorted(custom)))
 
 
 @dataclass(frozen=True)
@@ -94,7 +155,7 @@ class EnvSpec:
         data = {
             "specs": [s.as_dict() for s in self.specs],
             "pypi": list(self.pypi),
-            "platforms": [[p.name, p.subdir, list(p.lock_strings())] for p in self.platforms],
+            "platforms": [[p.name, p.subdir, list(p.declared_strings())] for p in self.platforms],
             "channels": list(self.channels),
         }
         return _digest(data)
@@ -106,6 +167,7 @@ class Manifest:
     channels: tuple[str, ...]
     platforms: tuple[Platform, ...]
     envs: dict[str, EnvSpec] = field(default_factory=dict)
+    requires_pixi: str | None = None  # workspace.requires-pixi as written (">=0.71")
 
     @property
     def root(self) -> Path:
@@ -119,6 +181,13 @@ class Manifest:
 
     def channel_urls(self) -> list[str]:
         return [channel_url(c, self.root) for c in self.channels]
+
+    def lock_aliases(self) -> dict[str, str]:
+        """Platform name -> the short name pixi writes into pixi.lock: `p1`, `p2`, ... for every
+        entry that is not a bare subdir, in declaration order (pixi_core lock_file/platform_rename.rs,
+        `shorten_platform_names`)."""
+        rich = [p for p in self.platforms if not p.is_subdir_platform]
+        return {p.name: f"p{i}" for i, p in enumerate(rich, 1)}
 
 
 def _digest(data) -> str:
@@ -187,7 +256,27 @@ def parse(raw: dict, path: Path) -> Manifest:
             raise BadInput(f"environments.{ename}: unknown feature {unknown[0]!r}", source=where,
                            fix=f"define [feature.{unknown[0]}] or remove it")
         envs[ename] = _env(ename, order, features, plats, by_name, tuple(channels), where)
-    return Manifest(path=path, channels=tuple(channels), platforms=plats, envs=envs)
+    requires = ws.get("requires-pixi")
+    if requires is not None and not isinstance(requires, str):
+        raise BadInput("workspace.requires-pixi must be a version spec string", source=where, fix='requires-pixi = ">=0.71"')
+    return Manifest(path=path, channels=tuple(channels), platforms=plats, envs=envs, requires_pixi=requires)
+
+
+_FLOOR = re.compile(r"^\s*>=\s*(\d+)\.(\d+)(?:\.(\d+))?\s*(?:,.*)?$")
+
+
+def pixi_floor(manifest: Manifest) -> str:
+    """The pixi release CI installs: the lowest one `requires-pixi` admits (`>=0.71` -> `v0.71.0`),
+    so CI proves the floor the manifest states."""
+    where = f"{manifest.path} (workspace.requires-pixi)"
+    if manifest.requires_pixi is None:
+        raise BadInput("no requires-pixi: the workflows take the pixi version from it", source=str(manifest.path),
+                       fix='add requires-pixi = ">=X.Y" to [workspace]')
+    m = _FLOOR.match(manifest.requires_pixi)
+    if not m:
+        raise BadInput(f"{manifest.requires_pixi!r} has no lower bound `>=X.Y[.Z]` first", source=where,
+                       fix='write it as ">=0.71" or ">=0.71,<1"')
+    return f"v{m[1]}.{m[2]}.{m[3] or 0}"
 
 
 def _platforms(value, where: str) -> tuple[Platform, ...]:

@@ -22,6 +22,7 @@ from pathlib import Path
 from . import arch as archmod
 from .facts import Facts, Generation, version_key
 from .lockfile import LockedEnv
+from . import pixi_manifest
 from .pixi_manifest import EnvSpec, Manifest
 from .variants import FAT_TAG, Variant
 
@@ -211,7 +212,8 @@ def lock_problems(*, env: EnvSpec, locked: LockedEnv, facts: Facts, matrix: list
                 out.append(Problem(name, "-", "stale-lock",
                                    f"{_DIGEST_FILES[key]} changed for this environment since it was locked", relock))
     plat = env.platforms[0] if len(env.platforms) == 1 else None
-    if plat and (locked.platform != plat.name or sorted(locked.virtual_packages) != sorted(plat.lock_strings())):
+    if plat and (locked.platform != plat.name
+                 or pixi_manifest.platform_identity(locked.subdir, locked.virtual_packages) != plat.identity()):
         out.append(Problem(name, "-", "stale-lock",
                            f"locked on platform {locked.platform} [{', '.join(locked.virtual_packages)}], pixi.toml declares"
                            f" {plat.name} [{', '.join(plat.lock_strings())}]", relock))
@@ -287,6 +289,8 @@ def _closure(locked: LockedEnv, plat, relock: str) -> list[Problem]:
     vps = dict(plat.virtual_packages) if plat else {}
     for s in locked.virtual_packages:
         n, _, v = s.partition("=")
+        if n == "__archspec":  # pixi writes `__archspec=0=x86_64`: the microarch, not a version floor
+            continue
         vps[n] = v.split("=")[0]
     vps.setdefault("__unix", "0")
     vps.setdefault("__archspec", "1")

@@ -8,6 +8,7 @@ from typing import Any, Iterable, Sequence
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 # Outside a terminal (CI logs, pipes) rich would wrap at 80 columns; tables read better wider.
 _out = Console(soft_wrap=False, width=None if sys.stdout.isatty() else 160)
@@ -33,27 +34,39 @@ def print_table(
     *,
     title: str | None = None,
 ) -> None:
-    table = Table(title=title, show_lines=False, header_style="bold")
+    """Every cell is data: printed as written, never parsed as rich markup (so "pip install
+    'mmstack[build]'" keeps its brackets). Only a `Text` (e.g. from `status_style`) carries style."""
+    table = Table(title=None if title is None else Text(title), show_lines=False, header_style="bold")
     for col in columns:
-        table.add_column(col, overflow="fold")
+        table.add_column(Text(col), overflow="fold")
     for row in rows:
-        table.add_row(*("" if v is None else str(v) for v in row))
+        table.add_row(*(_cell(v) for v in row))
     _out.print(table)
 
 
-def status_style(status: str) -> str:
-    return {
-        "PASS": "[green]PASS[/]",
-        "OK": "[green]OK[/]",
-        "WARN": "[yellow]WARN[/]",
-        "SKIP": "[cyan]SKIP[/]",
-        "FAIL": "[red]FAIL[/]",
-        "NOT RUN": "[dim]NOT RUN[/]",
-    }.get(status, status)
+def _cell(value: Any) -> Text:
+    if isinstance(value, Text):
+        return value
+    return Text("" if value is None else str(value))
+
+
+class _Status(Text):
+    """A styled status word; in an f-string it formats as its markup, so console lines keep the colour."""
+
+    def __format__(self, spec: str) -> str:
+        return format(self.markup, spec)
+
+
+_STATUS_STYLES = {"PASS": "green", "OK": "green", "WARN": "yellow", "SKIP": "cyan", "FAIL": "red", "NOT RUN": "dim"}
+
+
+def status_style(status: str) -> Text:
+    return _Status(status, style=_STATUS_STYLES.get(status, ""))
 
 
 def info(msg: str) -> None:
-    _err.print(msg, highlight=False)
+    """A progress or hint line on stderr; data, so no markup."""
+    _err.print(msg, highlight=False, markup=False)
 
 
 def error_line(msg: str) -> None:

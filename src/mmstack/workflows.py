@@ -15,6 +15,7 @@ import re
 from pathlib import Path
 
 from . import ci_templates as t
+from . import pixi_manifest
 from .errors import CheckFailed
 from .facts import Facts, load
 from .variants import CONFIG_FILE, CPU_TAG, FAT_TAG, Variant, config_digest, load_matrix
@@ -106,7 +107,8 @@ def render(root: Path) -> dict[Path, str]:
     variants = load_matrix(facts, config)
     digest = config_digest(config)
     header = _fill(t.HEADER, DIGEST=digest)
-    common = dict(HEADER=header, PIXI_VERSION=t.PIXI_VERSION, SETUP_PIXI=t.SETUP_PIXI)
+    pixi = pixi_manifest.pixi_floor(pixi_manifest.load(Path(root) / pixi_manifest.MANIFEST))
+    common = dict(HEADER=header, PIXI_VERSION=pixi, SETUP_PIXI=t.SETUP_PIXI)
     build = _fill(
         t.BUILD, **common,
         COUNT=str(len(variants)),

@@ -6,9 +6,15 @@ import json as jsonlib
 from pathlib import Path
 
 from .. import report
-from ..build import ALL, DEFAULT_CHANNELS, STACK, run_stack_build
-from ..channel import index_channel
+from ..build import ALL, DEFAULT_CHANNELS, STACK, recipe_path, render, run_stack_build, selection_for_env
+from ..channel import index_channel, require_reachable
 from ..errors import BadInput
+
+
+def _with_variants(root: Path, recipes: tuple[str, ...]) -> list[str]:
+    """The recipes that render more than one build over the matrix (they need --env or --all)."""
+    config = root / "conda_build_config.yaml"
+    return [r for r in recipes if len(render(recipe_dir=recipe_path(root, r), variant_config=config)) > 1]
 
 
 def run_build_cmd(*, root: Path, channel: Path, env: str | None, build_all: bool,
@@ -18,14 +24,20 @@ def run_build_cmd(*, root: Path, channel: Path, env: str | None, build_all: bool
 
     Progress goes to stderr line by line; the result is a table (or JSON) of the packages that landed.
     """
+    names = tuple(recipes or STACK)
     if build_all and env:
         raise BadInput("--env and --all both given", source="command line", fix="pass one of them")
     if not build_all and not env:
-        raise BadInput("which builds? neither --env nor --all given", source="command line",
-                       fix="pass --env NAME (see `mmstack matrix`) or --all")
+        varied = _with_variants(root, names) if recipes else list(names)
+        if varied:
+            raise BadInput(f"which builds? neither --env nor --all given, and {', '.join(varied)} has variants",
+                           source="command line", fix="pass --env NAME (see `mmstack matrix`) or --all")
+    if env:
+        selection_for_env(env, root / "conda_build_config.yaml")  # bad input before any network probe
+    sources = tuple(extra_channels or DEFAULT_CHANNELS)
+    require_reachable(sources, option="--source-channel")
     built = run_stack_build(root=root, channel_dir=channel, env=ALL if build_all else env,
-                            recipes=tuple(recipes or STACK), extra_channels=tuple(extra_channels or DEFAULT_CHANNELS),
-                            test=test, progress=report.info)
+                            recipes=names, extra_channels=sources, test=test, progress=report.info)
     if as_json:
         report.print_json({"channel": str(channel.resolve()), "packages": [b.as_dict() for b in built]})
         return 0
@@ -33,8 +45,16 @@ def run_build_cmd(*, root: Path, channel: Path, env: str | None, build_all: bool
             for b in built]
     report.print_table(["package", "version", "build", "arch", "time", "file"], rows,
                        title=f"built into {channel.resolve()}")
-    report.info(f"install with: conda install -c {channel.resolve()} -c conda-forge mmcv")
+    report.info(install_hint(channel, [b.name for b in built]))
     return 0
+
+
+def install_hint(channel: Path, names: list[str]) -> str:
+    """The closing line: how to install what this run built (and nothing it did not)."""
+    if not names:
+        return "nothing built"
+    pkgs = " ".join(dict.fromkeys(n for n in ("mmcv", "mmdet", "mmstack") if n in names)) or " ".join(dict.fromkeys(names))
+    return f"install with: conda install -c {channel.resolve()} -c conda-forge {pkgs}"
 
 
 def run_channel_index(*, path: Path, as_json: bool) -> int:

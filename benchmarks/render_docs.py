@@ -1,0 +1,385 @@
+"""Render the numbers in docs/*.md from the committed results in benchmarks/results/.
+
+    python benchmarks/render_docs.py           # rewrite the generated parts of docs/*.md
+    python benchmarks/render_docs.py --check   # exit 1 naming each doc that differs (tests/test_docs.py)
+
+A doc marks what is generated; everything between the markers is replaced, nothing else is touched:
+
+    <!-- results:NAME -->            a table (TABLES[NAME]), followed by its source line
+    <!-- /results:NAME -->
+    <!-- value:NAME -->12.3<!-- /value -->   one number in prose (VALUES[NAME])
+
+Adding a result: commit its JSON under benchmarks/results/, add a `Table` below (a source file,
+where its rows are, and (header, path, format) columns), and put the two marker lines in a doc.
+For a new H200 run, e.g.:
+
+    TABLES["h200-run3-ops"] = Table(
+        sources=["h200/run3/ops_sm90.json"], rows="ops",
+        columns=[("op", "op", "{}"), ("shape", "shape", "{}"), ("mmcv µs", "mmcv_us", "{:,.1f}")])
+
+A path is dotted keys and list indices into one JSON document ("ops", "median.total_s",
+"levels.3.seconds"); a format is a str.format spec or a function of the value. Tables that combine
+several files (runs side by side) are functions returning (header, rows). A missing value renders
+as "-", never as a guess.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+DOCS = ROOT / "docs"
+MISSING = "-"
+
+Format = str | Callable[[object], str]
+
+
+# -- reading results -------------------------------------------------------------------------------
+
+def load(rel: str) -> object:
+    """A result file: JSON, or for .txt the text (the H200 run's raw tool output)."""
+    path = RESULTS / rel
+    return json.loads(path.read_text()) if path.suffix == ".json" else path.read_text()
+
+
+def get(doc: object, path: str) -> object:
+    """Dotted keys and list indices; None where the path does not exist."""
+    cur = doc
+    for part in path.split(".") if path else []:
+        if isinstance(cur, list) and part.lstrip("-").isdigit():
+            idx = int(part)
+            cur = cur[idx] if -len(cur) <= idx < len(cur) else None
+        elif isinstance(cur, dict):
+            cur = cur.get(part)
+        else:
+            return None
+        if cur is None:
+            return None
+    return cur
+
+
+def fmt(value: object, spec: Format) -> str:
+    if value is None:
+        return MISSING
+    if callable(spec):
+        return spec(value)
+    return spec.format(value)
+
+
+def cell(text: object) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def markdown(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    lines = ["| " + " | ".join(cell(h) for h in header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Table:
+    """One row per element of `rows` (a path into the first source) or, without it, one per source."""
+
+    sources: list[str]
+    columns: list[tuple[str, str, Format]] = field(default_factory=list)
+    rows: str | None = None
+    build: Callable[[list[object]], tuple[list[str], list[list[object]]]] | None = None
+
+    def render(self) -> str:
+        docs = [load(s) for s in self.sources]
+        if self.build is not None:
+            header, body = self.build(docs)
+        else:
+            items = (get(docs[0], self.rows) or []) if self.rows else docs
+            header = [c[0] for c in self.columns]
+            body = [[fmt(get(item, path), spec) for _, path, spec in self.columns] for item in items]
+        where = ", ".join(f"`benchmarks/results/{s}`" for s in self.sources)
+        return markdown(header, body) + f"\n\nSource: {where} (rendered by `benchmarks/render_docs.py`)."
+
+
+@dataclass(frozen=True)
+class Value:
+    source: str
+    path: str = ""
+    spec: Format = "{}"
+    compute: Callable[[object], object] | None = None
+
+    def render(self) -> str:
+        doc = load(self.source)
+        return fmt(self.compute(doc) if self.compute else get(doc, self.path), self.spec)
+
+
+# -- the H200 runs (issue 8) ------------------------------------------------------------------------
+
+H200 = {"run 1": "h200/run1-before-fix", "run 2": "h200/run2-fixed"}
+
+
+def _mb(x) -> str:
+    return f"{x / 1e6:.1f} MB"
+
+
+def _h200_machine(_docs) -> tuple[list[str], list[list[object]]]:
+    rows = []
+    for run, d in H200.items():
+        fp = load(f"{d}/doctor_sm90.json")["fingerprint"]
+        gpu = (fp.get("gpus") or [{}])[0]
+        cores = load(f"{d}/machine.txt").splitlines()[5].strip()
+        rows.append([run, f"{gpu.get('name')} (sm {gpu.get('compute_capability')})", fp.get("driver"),
+                     f"{get(fp, 'torch.torch_version')} (CUDA {get(fp, 'torch.torch_cuda')})",
+                     get(fp, "nvcc.version"), get(fp, "gcc.version"), get(fp, "python.version"), cores,
+                     fp.get("os")])
+    return ["run", "GPU", "driver", "torch", "nvcc", "gcc", "python", "cores", "OS"], rows
+
+
+def _h200_build(_docs) -> tuple[list[str], list[list[object]]]:
+    runs = {run: (load(f"{d}/build_time_sm90.json"), load(f"{d}/units_sm90.json")) for run, d in H200.items()}
+
+    def row(label, f):
+        return [label] + [f(b, u) for b, u in runs.values()]
+
+    def unit(i):
+        return lambda b, u: (f"`{u['longest'][i]['unit'].removesuffix('.o')}` {u['longest'][i]['s']:.0f} s"
+                             if len(u.get("longest", [])) > i else MISSING)
+
+    body = [
+        row("build.sh exit code", lambda b, u: f"{b['rc']}" + (" (failed)" if b["rc"] else "")),
+        row("wall", lambda b, u: f"{b['wall_s']:.1f} s"),
+        row("CPU (user+sys)", lambda b, u: f"{b['cpu_s']:,.0f} s"),
+        row("peak RSS (one process)", lambda b, u: f"{b['max_rss_mb'] / 1024:.2f} GiB"),
+        row("compile units (ninja)", lambda b, u: u["units"]),
+        row("sum of unit times", lambda b, u: f"{u['unit_cpu_s']:,.0f} s"),
+        row("ninja span (first start to last end)", lambda b, u: f"{u['span_s']:.0f} s"),
+        row("longest unit", unit(0)),
+        row("next", unit(1)),
+        row("longest unit / wall", lambda b, u: f"{u['longest'][0]['s'] / b['wall_s']:.0%}"),
+        row("CPU / cores", lambda b, u: f"{b['cpu_s'] / _cores():.0f} s"),
+    ]
+    return [""] + list(runs), body
+
+
+def _cores() -> int:
+    return int(load("h200/run2-fixed/machine.txt").splitlines()[5].strip())
+
+
+def _h200_size(_docs) -> tuple[list[str], list[list[object]]]:
+    rows = []
+    for run, d in H200.items():
+        size_file = RESULTS / d / "size_sm90.txt"
+        size = _mb(int(size_file.read_text().split()[0])) if size_file.is_file() else "not recorded"
+        f = load(f"{d}/fatbin_sm90.json")["files"][0]
+        sass = [e for e in f["entries"] if e["kind"] == "sass"]
+        ptx = [e for e in f["entries"] if e["kind"] == "ptx"]
+        archs = ", ".join(sorted({e["arch"] for e in sass}))
+        cubins = load(f"{d}/cuobjdump_sm90.txt").split()
+        rows.append([run, size, f"{len(sass)} × sm_{archs.replace('.', '')}", len(ptx),
+                     _mb(sum(e["size"] for e in sass)), "yes" if f.get("compressed") else "no",
+                     f"{cubins[0]} × {cubins[1]}"])
+    return ["run", "`_ext.so`", "SASS (mmstack fatbin)", "PTX", "SASS stored", "compressed", "cuobjdump --list-elf"], rows
+
+
+def _h200_ops(_docs) -> tuple[list[str], list[list[object]]]:
+    r1, r2 = (load(f"{d}/ops_sm90.json")["ops"] for d in H200.values())
+    rows = []
+    for a, b in zip(r1, r2):
+        assert (a["op"], a["shape"]) == (b["op"], b["shape"])
+        tv = b.get("torchvision_us")
+        diffs = [abs(x[k] - y[k]) / y[k] for x, y in ((a, b),) for k in ("mmcv_us", "torchvision_us") if k in x and k in y]
+        rows.append([b["op"], b["shape"], f"{b['mmcv_us']:,.1f}", MISSING if tv is None else f"{tv:,.1f}",
+                     MISSING if tv is None else f"{b['ratio_tv_over_mmcv']:.2f}", f"{a['mmcv_us']:,.1f}",
+                     MISSING if tv is None else f"{a['torchvision_us']:,.1f}", f"{max(diffs):.1%}"])
+    return ["op", "shape", "mmcv µs", "torchvision µs", "torchvision / mmcv", "run 1 mmcv µs",
+            "run 1 torchvision µs", "largest run 1 vs run 2 difference"], rows
+
+
+def _h200_l4(docs) -> tuple[list[str], list[list[object]]]:
+    level = next(lv for lv in docs[0]["levels"] if lv["level"] == "L4")
+    ev = level["evidence"]
+    rows = []
+    for op in ("roi_align", "nms", "box_iou_rotated", "deform_conv", "points_in_boxes"):
+        e = ev.get(op, {})
+        known = [f"{k.removeprefix('known').strip('_') or 'known'}: {v}" for k, v in e.items() if k.startswith("known")]
+        rows.append([op, "; ".join(known) or MISSING, _diff(e.get("vs_cpu")), _diff(e.get("vs_torchvision"), absent="no counterpart")])
+    return ["op", "known values (max abs diff)", "vs the CPU kernel", f"vs torchvision {ev.get('torchvision')}"], rows
+
+
+def _diff(v, absent=MISSING) -> str:
+    if v is None:
+        return absent
+    return f"{v:.2g}" if isinstance(v, float) else str(v)
+
+
+def _h200_ladder(_docs) -> tuple[list[str], list[list[object]]]:
+    runs = {run: load(f"{d}/verify_sm90.json") for run, d in H200.items()}
+    levels = [lv["level"] for lv in next(iter(runs.values()))["levels"]]
+    body = []
+    for name in levels:
+        row = [name]
+        for v in runs.values():
+            lv = next(x for x in v["levels"] if x["level"] == name)
+            row.append(f"{lv['status']} {lv['seconds']:.1f} s" if lv["seconds"] else lv["status"])
+        body.append(row)
+    body.append(["all"] + [f"{'PASS' if v['ok'] else 'FAIL'} {v['seconds']:.1f} s" for v in runs.values()])
+    return ["level"] + list(runs), body
+
+
+def _losses(first, last) -> str:
+    return f"{first:.3g} → {last:.3g}"
+
+
+def _h200_detector(docs) -> tuple[list[str], list[list[object]]]:
+    d = docs[0]
+    rows = []
+    for name, r in d["results"].items():
+        if "skipped" in r:
+            rows.append([name, "did not run: " + r["skipped"].split(". Install")[0], MISSING, MISSING, MISSING])
+            continue
+        fell = r["losses_finite"] and r["loss_last"] < r["loss_first"]
+        verdict = "falls" if fell else ("diverged: not a valid speed figure" if r["losses_finite"] else "not finite")
+        rows.append([name, f"{r['iters_per_s']:.1f}", " ".join(f"{x:.1f}" for x in r["iters_per_s_all"]),
+                     _losses(r["loss_first"], r["loss_last"]), verdict])
+    header = ["framework", f"it/s (median of {d['repeats']})", "it/s per timing", "loss first → last", "loss"]
+    return header, rows
+
+
+def _dist1(docs) -> tuple[list[str], list[list[object]]]:
+    d = docs[0]
+    ev = d.get("evidence", {})
+    rows = [[d["status"], f"{d['backend']} × {d['world_size']} ({ev.get('device')})", len(d["losses"]),
+             _losses(d["losses"][0], d["losses"][-1]), "yes" if d["params_agree"] else "no",
+             f"{d['syncbn']} ({'stats agree' if ev.get('bn_stats_agree') else 'stats differ'})",
+             ", ".join(ev.get("mmcv_ops", [])), f"{d['wall_s']:.1f} s"]]
+    return ["status", "backend × ranks", "steps", "loss", "parameters identical", "SyncBatchNorm", "mmcv ops",
+            "wall (incl. torchrun start)"], rows
+
+
+def _arch_sets(docs) -> tuple[list[str], list[list[object]]]:
+    d = docs[0]
+    names = {"per-gen": f"per-gen `{d['per_gen']}`", "fat": "fat", "fat+thr": "fat `--threads 0`",
+             "fat+cmp": "fat `-Xfatbin -compress-all`"}
+    rows = []
+    for unit, configs in d["units"].items():
+        for i, (key, r) in enumerate(configs.items()):
+            rows.append([unit if i == 0 else "", names.get(key, key), r["runs"], f"{r['wall_s']:.1f}", f"{r['cpu_s']:.1f}",
+                         _mb(r["bytes"]), f"{r['wall_vs_per_gen']:.2f}", f"{r['size_vs_per_gen']:.2f}"])
+    return ["unit", "config", "runs", "wall s", "CPU s", "object", "wall vs per-gen", "size vs per-gen"], rows
+
+
+def _cpu_detector(docs) -> tuple[list[str], list[list[object]]]:
+    d = docs[0]
+    rows = []
+    for r in d["result"]["results"]:
+        rows.append([r["model"], ", ".join(r["deformable_ops"]) or "-", f"{r['image_size']} px × {r['batch_size']}",
+                     r["iters"], " ".join(f"{x:.4f}" for x in r["losses"]),
+                     _losses(r["loss_parts"][0]["loss_cls"], r["loss_parts"][-1]["loss_cls"]),
+                     "PASS" if r["passed"] else "FAIL", f"{r['iters_per_s']:.3f}"])
+    return ["model", "deformable ops", "images", "iterations", "loss per iteration", "loss_cls", "L5", "it/s"], rows
+
+
+TABLES: dict[str, Table] = {
+    "h200-machine": Table(sources=[f"{d}/doctor_sm90.json" for d in H200.values()], build=_h200_machine),
+    "h200-build": Table(sources=[f"{d}/{f}" for d in H200.values() for f in ("build_time_sm90.json", "units_sm90.json")],
+                        build=_h200_build),
+    "h200-size": Table(sources=[f"{d}/{f}" for d in H200.values() for f in ("fatbin_sm90.json", "cuobjdump_sm90.txt")]
+                       + ["h200/run2-fixed/size_sm90.txt"], build=_h200_size),
+    "h200-ops": Table(sources=[f"{d}/ops_sm90.json" for d in H200.values()], build=_h200_ops),
+    "h200-l4": Table(sources=["h200/run2-fixed/verify_sm90.json"], build=_h200_l4),
+    "h200-startup": Table(
+        sources=["h200/run2-fixed/startup_sm90.json"], rows="",
+        columns=[("processes", "runs", lambda v: str(len(v))),
+                 ("torch init (+CUDA context)", "median.torch_init_s", "{:.2f} s"),
+                 ("`import mmcv.ops`", "median.import_mmcv_ops_s", "{:.2f} s"),
+                 ("first kernel (roi_align)", "median.first_kernel_s", lambda v: f"{v * 1000:.1f} ms"),
+                 ("total", "median.total_s", "{:.1f} s")]),
+    "h200-ladder": Table(sources=[f"{d}/verify_sm90.json" for d in H200.values()], build=_h200_ladder),
+    "h200-detector": Table(sources=["h200/run2-fixed/detector_sm90.json"], build=_h200_detector),
+    "h200-dist1": Table(sources=["h200/run2-fixed/dist1_sm90.json"], build=_dist1),
+    "cpu-arch-sets": Table(sources=["cpu-dev/arch_sets.json"], build=_arch_sets),
+    "cpu-detector": Table(sources=["cpu-dev/detector_cpu.json"], build=_cpu_detector),
+}
+
+VALUES: dict[str, Value] = {
+    "h200-ops-repeats": Value("h200/run2-fixed/ops_sm90.json", "repeats"),
+    "h200-ops-iters": Value("h200/run2-fixed/ops_sm90.json", "iters"),
+    "h200-detector-size": Value("h200/run2-fixed/detector_sm90.json", "image_size"),
+    "h200-detector-iters": Value("h200/run2-fixed/detector_sm90.json", "iters"),
+    "h200-detector-repeats": Value("h200/run2-fixed/detector_sm90.json", "repeats"),
+    "h200-l4-max-vs-cpu": Value("h200/run2-fixed/verify_sm90.json", compute=lambda d: max(
+        v["vs_cpu"] for v in next(x for x in d["levels"] if x["level"] == "L4")["evidence"].values()
+        if isinstance(v, dict) and isinstance(v.get("vs_cpu"), float)), spec="{:.2g}"),
+}
+
+
+# -- rendering the docs ---------------------------------------------------------------------------
+
+_TABLE = re.compile(r"(<!-- results:(?P<name>[a-z0-9-]+) -->\n)(?P<body>.*?)\n?(<!-- /results:(?P=name) -->)", re.S)
+_VALUE = re.compile(r"(<!-- value:(?P<name>[a-z0-9-]+) -->)(?P<body>.*?)(<!-- /value -->)")
+
+
+class UnknownMarker(ValueError):
+    pass
+
+
+def render_text(text: str, where: str = "doc") -> str:
+    def table(m: re.Match) -> str:
+        name = m["name"]
+        if name not in TABLES:
+            raise UnknownMarker(f"{where}: <!-- results:{name} --> names no table in benchmarks/render_docs.py")
+        return m.group(1) + TABLES[name].render() + "\n" + m.group(4)
+
+    def value(m: re.Match) -> str:
+        name = m["name"]
+        if name not in VALUES:
+            raise UnknownMarker(f"{where}: <!-- value:{name} --> names no value in benchmarks/render_docs.py")
+        return m.group(1) + VALUES[name].render() + m.group(4)
+
+    return _VALUE.sub(value, _TABLE.sub(table, text))
+
+
+def docs(root: Path = DOCS) -> list[Path]:
+    return sorted(root.glob("*.md"))
+
+
+def stale(root: Path = DOCS) -> list[Path]:
+    """The docs whose generated parts differ from what the results give."""
+    return [p for p in docs(root) if render_text(p.read_text(), str(p)) != p.read_text()]
+
+
+def unused(root: Path = DOCS) -> list[str]:
+    """Tables and values defined here that no doc shows."""
+    text = "".join(p.read_text() for p in docs(root))
+    return ([n for n in TABLES if f"<!-- results:{n} -->" not in text]
+            + [n for n in VALUES if f"<!-- value:{n} -->" not in text])
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="write nothing; exit 1 if a doc differs from the render")
+    args = ap.parse_args(argv)
+    try:
+        if args.check:
+            bad = stale()
+            for p in bad:
+                print(f"{p.relative_to(ROOT)}: differs from benchmarks/results (fix: python benchmarks/render_docs.py)",
+                      file=sys.stderr)
+            return 1 if bad else 0
+        for p in docs():
+            text = p.read_text()
+            new = render_text(text, str(p))
+            if new != text:
+                p.write_text(new)
+                print(f"{p.relative_to(ROOT)}: rendered")
+        return 0
+    except UnknownMarker as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,71 @@
+"""The numbers in docs/*.md are what benchmarks/render_docs.py renders from benchmarks/results/."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def render_docs():
+    spec = importlib.util.spec_from_file_location("render_docs", ROOT / "benchmarks" / "render_docs.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("render_docs", mod)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_committed_docs_are_the_render_of_the_results(render_docs):
+    stale = render_docs.stale()
+    assert stale == [], f"{[str(p.relative_to(ROOT)) for p in stale]}: run `python benchmarks/render_docs.py`"
+
+
+def test_every_table_and_value_is_shown_somewhere(render_docs):
+    assert render_docs.unused() == []
+
+
+def test_a_changed_result_changes_the_doc(tmp_path, monkeypatch, render_docs):
+    """The check has teeth: edit a number in a copy of the results and the rendered doc differs."""
+    import shutil
+
+    results = tmp_path / "results"
+    shutil.copytree(render_docs.RESULTS, results)
+    ops = results / "h200" / "run2-fixed" / "ops_sm90.json"
+    ops.write_text(ops.read_text().replace("328.22399139404297", "428.22399139404297"))
+    text = (ROOT / "docs" / "benchmarks.md").read_text()
+    monkeypatch.setattr(render_docs, "RESULTS", results)
+    rendered = render_docs.render_text(text)
+    assert rendered != text and "| roi_align | 2x256x200x200, 1000 rois, 7x7 | 428.2 |" in rendered
+
+
+def test_a_typed_number_inside_a_table_is_caught(tmp_path, render_docs):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    text = (ROOT / "docs" / "benchmarks.md").read_text()
+    (docs / "benchmarks.md").write_text(text.replace("| all | FAIL 20.6 s | PASS 58.3 s |", "| all | FAIL 20.6 s | PASS 63 s |"))
+    assert [p.name for p in render_docs.stale(docs)] == ["benchmarks.md"]
+
+
+def test_unknown_marker_is_an_error(render_docs):
+    with pytest.raises(render_docs.UnknownMarker, match="nope"):
+        render_docs.render_text("<!-- results:nope -->\n<!-- /results:nope -->\n")
+
+
+def test_check_mode_exit_codes(render_docs):
+    assert render_docs.main(["--check"]) == 0
+
+
+def test_a_new_result_is_a_table_in_a_few_lines(render_docs):
+    """The declarative form the script's docstring shows for a new run's file."""
+    table = render_docs.Table(sources=["h200/run2-fixed/ops_sm90.json"], rows="ops",
+                              columns=[("op", "op", "{}"), ("mmcv µs", "mmcv_us", "{:,.1f}"),
+                                       ("torchvision µs", "torchvision_us", "{:,.1f}")])
+    text = table.render()
+    assert text.splitlines()[0] == "| op | mmcv µs | torchvision µs |"
+    assert "| nms | 3,197.6 | 7,441.2 |" in text and "| points_in_boxes_part | 39.1 | - |" in text
+    assert "`benchmarks/results/h200/run2-fixed/ops_sm90.json`" in text
