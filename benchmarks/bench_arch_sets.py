@@ -104,7 +104,7 @@ def main() -> int:
                               "cpu_s": round(statistics.median(r["cpu_s"] for r in runs), 1),
                               "bytes": runs[-1]["bytes"], "runs": len(runs)}
             pg = rows["per-gen"]
-            for name, row in rows.items():
+            for row in rows.values():
                 row["wall_vs_per_gen"] = round(row["wall_s"] / pg["wall_s"], 2)
                 row["size_vs_per_gen"] = round(row["bytes"] / pg["bytes"], 2)
             results["units"][unit] = rows

@@ -60,7 +60,7 @@ def bench(device: str, repeats: int, iters: int) -> list[dict]:
 
     try:
         import torchvision.ops as tvops
-    except Exception as exc:  # torchvision is optional
+    except (ImportError, OSError, RuntimeError) as exc:  # optional; a build not matching torch raises RuntimeError
         tvops = None
         tv_reason = f"torchvision not importable: {exc}"
     run = _timer(device)

@@ -161,7 +161,7 @@ def _h200_build(_docs) -> tuple[list[str], list[list[object]]]:
         row("longest unit / wall", lambda b, u: f"{u['longest'][0]['s'] / b['wall_s']:.0%}"),
         row("CPU / cores", lambda b, u: f"{b['cpu_s'] / _cores():.0f} s"),
     ]
-    return [""] + list(runs), body
+    return ["", *runs], body
 
 
 def _cores() -> int:
@@ -187,7 +187,7 @@ def _h200_size(_docs) -> tuple[list[str], list[list[object]]]:
 def _h200_ops(_docs) -> tuple[list[str], list[list[object]]]:
     r1, r2 = (load(f"{d}/ops_sm90.json")["ops"] for d in H200.values())
     rows = []
-    for a, b in zip(r1, r2):
+    for a, b in zip(r1, r2, strict=True):
         assert (a["op"], a["shape"]) == (b["op"], b["shape"])
         tv = b.get("torchvision_us")
         diffs = [abs(x[k] - y[k]) / y[k] for x, y in ((a, b),) for k in ("mmcv_us", "torchvision_us") if k in x and k in y]
@@ -226,7 +226,7 @@ def _h200_ladder(_docs) -> tuple[list[str], list[list[object]]]:
             row.append(f"{lv['status']} {lv['seconds']:.1f} s" if lv["seconds"] else lv["status"])
         body.append(row)
     body.append(["all"] + [f"{'PASS' if v['ok'] else 'FAIL'} {v['seconds']:.1f} s" for v in runs.values()])
-    return ["level"] + list(runs), body
+    return ["level", *runs], body
 
 
 def _losses(first, last) -> str:

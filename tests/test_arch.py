@@ -217,7 +217,7 @@ def test_cc_for_an_unknown_name(cc, arch_list, verdict):
 
 
 def test_cc_contradicting_a_known_name_is_bad_input():
-    with pytest.raises(BadInput, match="8.6"):
+    with pytest.raises(BadInput, match=r"8\.6"):
         arch.assess(load(), gpu_name="RTX 3090", cc="9.0", arch_list="9.0")
 
 

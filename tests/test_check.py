@@ -36,7 +36,7 @@ def test_full_check_passes_strict_on_this_repository():
 
 
 def test_missing_extra_is_skip_with_reason_not_pass():
-    code, out, err = _without_build_extra("check", "--json")
+    code, out, _ = _without_build_extra("check", "--json")
     data = json.loads(out)
     assert code == 0 and data["ok"] is True
     status = {c["check"]: c for c in data["checks"]}
@@ -76,7 +76,7 @@ def test_stage_outcomes_and_exit_codes(capsys, outcomes, strict, rc, statuses):
     assert run_check(root=ROOT, as_json=True, strict=strict, stages=_stages(*outcomes)) == rc
     data = json.loads(capsys.readouterr().out)
     assert [c["status"] for c in data["checks"]] == statuses
-    for c, o in zip(data["checks"], outcomes):
+    for c, o in zip(data["checks"], outcomes, strict=True):
         if isinstance(o, Skip):
             assert c["detail"] == o.reason
     if isinstance(outcomes[0], ModuleNotFoundError):

@@ -87,7 +87,7 @@ def _offline(*args: str, cwd: Path = ROOT) -> tuple[int, str, str]:
 
 def test_offline_build_names_the_unreachable_source_channel(tmp_path):
     pytest.importorskip("rattler_build")
-    code, out, err = _offline("build", "--env", "cpu", "--channel", str(tmp_path / "ch"))
+    code, _, err = _offline("build", "--env", "cpu", "--channel", str(tmp_path / "ch"))
     assert code == 1, err
     assert "source channel conda-forge cannot be reached" in err
     assert "HTTPS_PROXY" in err and "--source-channel" in err and len(err.strip().splitlines()) == 1
@@ -101,7 +101,7 @@ def test_offline_lock_names_the_unreachable_channel(tmp_path):
     for name in ("pixi.toml", "conda_build_config.yaml"):
         shutil.copy(ROOT / name, tmp_path / name)
     shutil.copytree(ROOT / "envs", tmp_path / "envs")
-    code, out, err = _offline("lock", "--root", str(tmp_path), "--env", "cpu")
+    code, _, err = _offline("lock", "--root", str(tmp_path), "--env", "cpu")
     assert code == 1, err
     assert "source channel https://conda.anaconda.org/conda-forge/ cannot be reached" in err and "--channel" in err
     assert not (tmp_path / "pixi.lock").exists()

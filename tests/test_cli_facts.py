@@ -55,7 +55,7 @@ def test_arch_check_table_says_why_and_fix():
     ],
 )
 def test_bad_input_is_one_line_exit_2(args, needle):
-    code, out, err = mmstack(*args)
+    code, _, err = mmstack(*args)
     assert code == 2
     assert needle in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1
@@ -93,7 +93,7 @@ def test_real_toolkits_get_verdicts_not_bad_input():
 
 
 def test_cc_for_a_name_the_facts_lack():
-    code, out, err = mmstack("arch", "check", "--gpu", "NVIDIA Mystery 3000", "--cc", "sm_86", "--arch-list", "8.0", "--json")
+    code, out, _ = mmstack("arch", "check", "--gpu", "NVIDIA Mystery 3000", "--cc", "sm_86", "--arch-list", "8.0", "--json")
     data = json.loads(out)
     assert code == 0 and data["verdict"] == "lower-minor" and data["compute_capability"] == "8.6"
     code, out, _ = mmstack("arch", "check", "--cc", "12.0", "--arch-list", "9.0")

@@ -113,7 +113,7 @@ def test_newer_minor_is_answered_by_newest_row_and_12_7_is_bad_input():
     tk, note = f.resolve_toolkit("13.5")
     assert tk.version == "13.2" and "13.5" in note
     assert f.resolve_toolkit("12.9") == (f.toolkit("12.9"), "")
-    with pytest.raises(BadInput, match="12.7"):
+    with pytest.raises(BadInput, match=r"12\.7"):
         f.resolve_toolkit("12.7")
 
 
@@ -244,5 +244,5 @@ def test_missing_source_fails(tmp_path):
 
 
 def test_malformed_toml_names_the_file(tmp_path):
-    with pytest.raises(BadInput, match="gpus.toml"):
+    with pytest.raises(BadInput, match=r"gpus\.toml"):
         facts.load_file(_write(tmp_path, "[[gpu]\nname="))

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mmstack import arch as archmod
-from mmstack import lockfile, policy, variants
+from mmstack import arch as archmod, lockfile, policy, variants
 from mmstack.cli import main
 from mmstack.errors import BadInput, CheckFailed
 from mmstack.facts import load as load_facts
@@ -232,7 +231,7 @@ def test_pypi_torch_next_to_conda_mmcv(matrix):
 
 def test_coverage_rule_uses_native_only(matrix):
     # sm_80 SASS runs on 8.6 (lower minor) but the rtx3090 environment must carry 8.6 itself.
-    cuda, targets = policy.mmcv_archs("cuda129_sm80_py311_h1_0", matrix)
+    _, targets = policy.mmcv_archs("cuda129_sm80_py311_h1_0", matrix)
     assert archmod.coverage(archmod.parse_arch("8.6"), targets).coverage is archmod.Coverage.LOWER_MINOR
     bad = _locked("rtx3090", _pkg("pytorch", "2.13.0", "cuda129_generic_py311_h1_200"),
                   _pkg("cuda-version", "12.9", "h1_3"), _pkg("mmcv", "2.2.0", "cuda129_sm80_py311_h1_0"))

@@ -16,8 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from mmstack import arch as archmod
-from mmstack import lockfile, policy, variants
+from mmstack import arch as archmod, lockfile, policy, variants
 from mmstack.facts import load as load_facts
 from mmstack.lock import collect_problems, run_lock, run_lock_check, solve_env
 from mmstack.pixi_manifest import load as load_manifest

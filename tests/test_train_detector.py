@@ -18,7 +18,6 @@ import pytest
 
 from mmstack import train_detector as td
 
-
 SRC = Path(__file__).resolve().parents[1] / "src"
 
 

@@ -51,7 +51,7 @@ def test_github_matrix_is_the_variant_matrix(matrix):
     include = workflows.github_matrix(matrix, config_path=CONFIG)["include"]
     assert len(include) == len(matrix)
     digest = variants.config_digest(CONFIG)
-    for v, job in zip(matrix, include):
+    for v, job in zip(matrix, include, strict=True):
         assert job["key"] == v.key
         assert {k: job[k] for k in v.variant_keys()} == v.variant_keys()
         assert job["envs"] == list(v.envs)
@@ -192,7 +192,7 @@ def test_each_jobs_variant_overrides_select_exactly_its_variant(tmp_path, matrix
     platform = PlatformConfig(target_platform="linux-64")
     base = VariantConfig.from_conda_build_config(str(config), JinjaConfig(platform=platform))
     recipe = Stage0Recipe.from_file(ROOT / "recipes" / "mmcv" / "recipe.yaml")
-    for v, job in zip(matrix, workflows.github_matrix(matrix, config_path=CONFIG)["include"]):
+    for v, job in zip(matrix, workflows.github_matrix(matrix, config_path=CONFIG)["include"], strict=True):
         overrides = VariantConfig({k: [job[k]] for k in v.variant_keys()})
         rendered = recipe.render(base.merge(overrides), RenderConfig(platform=platform))
         strings = [r.recipe.build.string for r in rendered]

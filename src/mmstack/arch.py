@@ -19,9 +19,11 @@ https://docs.nvidia.com/cuda/cuda-c-programming-guide/index.html#binary-compatib
 from __future__ import annotations
 
 import difflib
+import itertools
 import re
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any
 
 from .errors import BadInput
 from .facts import Facts, version_key
@@ -47,7 +49,7 @@ class Arch:
         return f"compute_{self.major}{self.minor}{self.suffix}"
 
     @property
-    def plain(self) -> "Arch":
+    def plain(self) -> Arch:
         return Arch(self.major, self.minor)
 
 
@@ -145,6 +147,7 @@ def _spellings() -> list[str]:
 def _did_you_mean_arch(token: str) -> str:
     """A likely meant spelling: '89' -> '8.9', '120' -> '12.0', 'sm_9x' -> 'sm_90'."""
     t = token.strip().lower()
+    guess: str | None
     if re.fullmatch(r"\d{1,3}", t):
         guess = f"{t}.0" if len(t) == 1 else f"{t[:-1]}.{t[-1]}"
     else:
@@ -351,7 +354,7 @@ def _install_hint(facts: Facts, who: _Subject) -> str:
 def _dropped_in(facts: Facts, arch: str, tk) -> str | None:
     """The toolkit (at or before `tk`) that dropped `arch` after an older one targeted it."""
     ordered = [t for t in sorted(facts.cuda, key=lambda t: t.key) if t.key <= tk.key]
-    for older, newer in zip(ordered, ordered[1:]):
+    for older, newer in itertools.pairwise(ordered):
         if arch in older.sass and arch not in newer.sass:
             return newer.version
     return None
@@ -370,7 +373,7 @@ def _verdict(facts: Facts, who: _Subject, targets, *, cuda: str | None, arch_lis
     cc = who.cc
     need_cuda = facts.first_cuda(str(cc)) or "?"
     hint = _install_hint(facts, who)
-    common = dict(gpu=who.name, compute_capability=str(cc), arch_list=arch_list, cuda=cuda, files=files)
+    common: dict[str, Any] = dict(gpu=who.name, compute_capability=str(cc), arch_list=arch_list, cuda=cuda, files=files)
     notes = tuple(notes)
 
     if cuda is not None:
@@ -385,7 +388,7 @@ def _verdict(facts: Facts, who: _Subject, targets, *, cuda: str | None, arch_lis
             names = ", ".join(t.arch.sm if t.kind == "sass" else t.arch.compute for t in missing)
             able = newest_buildable(targets, facts)
             why = f"CUDA {cuda}'s nvcc cannot target {names}"
-            drops = sorted({_dropped_in(facts, str(t.arch), tk) for t in missing} - {None}, key=version_key)
+            drops = sorted({d for t in missing if (d := _dropped_in(facts, str(t.arch), tk)) is not None}, key=version_key)
             if drops:
                 why += " (dropped in CUDA " + ", ".join(drops) + ")"
             return Assessment(
@@ -400,7 +403,8 @@ def _verdict(facts: Facts, who: _Subject, targets, *, cuda: str | None, arch_lis
 
     result = coverage(cc, targets)
     sm = cc.sm
-    if result.coverage is Coverage.NONE:
+    target = result.target
+    if target is None:  # Coverage.NONE: nothing in the build runs on this GPU
         return Assessment(
             **common, verdict="will-not-run", ok=False, warning=False, notes=notes,
             reason=f"{who.name}: compute capability {cc} ({sm}); the build holds no {sm} SASS (nor {cc.major}.x SASS"
@@ -409,17 +413,17 @@ def _verdict(facts: Facts, who: _Subject, targets, *, cuda: str | None, arch_lis
         )
     if result.coverage is Coverage.NATIVE:
         return Assessment(**common, verdict="native", ok=True, warning=False, notes=notes,
-                          reason=f"SASS for {result.target.arch} runs natively on {who.name} ({cc})", fix="")
+                          reason=f"SASS for {target.arch} runs natively on {who.name} ({cc})", fix="")
     if result.coverage is Coverage.LOWER_MINOR:
         return Assessment(
             **common, verdict="lower-minor", ok=True, warning=True, notes=notes,
-            reason=f"runs on {result.target.arch} SASS (same major, lower minor), not tuned for {cc}",
+            reason=f"runs on {target.arch} SASS (same major, lower minor), not tuned for {cc}",
             fix=f"add {cc} to the arch list for native code, or {hint}",
         )
     ptx_tk = cuda or "the building toolkit"
     return Assessment(
         **common, verdict="ptx-jit", ok=True, warning=True, notes=notes,
-        reason=f"runs only through PTX JIT from compute_{result.target.arch.major}{result.target.arch.minor}: slow first"
+        reason=f"runs only through PTX JIT from compute_{target.arch.major}{target.arch.minor}: slow first"
         f" start, and the driver must be at least as new as {ptx_tk}",
         fix=f"add {cc} to the arch list (needs CUDA >= {need_cuda}), or {hint}",
     )
@@ -446,14 +450,13 @@ def assess_package(facts: Facts, listings, *, package: str, gpu_name: str | None
             ok=False, warning=False, reason=f"{package}: {where}, none with CUDA code (a CPU build): it never uses the GPU",
             fix=f"install a CUDA build: {_install_hint(facts, who)}",
         )
-    files, worst = [], None
+    files, assessed = [], []
     for lst in cuda_objects:
         targets = tuple([Target(parse_arch(a), "sass") for a in lst.sass] + [Target(parse_arch(a), "ptx") for a in lst.ptx])
         res = coverage(who.cc, targets)
         files.append({"path": lst.path, "sass": list(lst.sass), "ptx": list(lst.ptx), "verdict": res.coverage.value})
-        if worst is None or _ORDER[res.coverage] < _ORDER[worst[0]]:
-            worst = (res.coverage, targets, lst)
-    cov, targets, weakest = worst
+        assessed.append((res.coverage, targets, lst))
+    cov, targets, weakest = min(assessed, key=lambda w: _ORDER[w[0]])  # the first of the weakest
     a = _verdict(facts, who, targets, cuda=None, arch_list=format_arch_list(targets), files=tuple(files))
     others = len(cuda_objects) - 1
     label = weakest.path.split("!")[-1]

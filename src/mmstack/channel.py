@@ -18,7 +18,7 @@ import shutil
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
-from .errors import BadInput, BuildFailed
+from .errors import BadInput, BuildFailed, rattler_errors
 
 SUBDIRS = ("linux-64", "noarch")  # what mmstack builds; other subdirs are indexed if present
 LOCK_FILE = ".mmstack.lock"
@@ -67,14 +67,14 @@ def add_packages(channel: str | os.PathLike[str], packages: Iterable[str | os.Pa
     The packages land under temporary names and are renamed into place only once all of them are
     there, immediately before the index that lists them is swapped in.
     """
-    channel = ensure_channel(channel, create=True)
-    packages = [Path(p) for p in packages]
-    with _locked(channel):
+    root = ensure_channel(channel, create=True)
+    pkgs = [Path(p) for p in packages]
+    with _locked(root):
         staged: list[tuple[Path, Path]] = []
         try:
-            for pkg in packages:
+            for pkg in pkgs:
                 subdir = _subdir_of(pkg)
-                dest = channel / subdir / pkg.name
+                dest = root / subdir / pkg.name
                 dest.parent.mkdir(exist_ok=True)
                 tmp = dest.with_name(f".{pkg.name}.partial-{os.getpid()}")
                 shutil.move(os.fspath(pkg), tmp)  # a copy when crossing filesystems
@@ -86,7 +86,7 @@ def add_packages(channel: str | os.PathLike[str], packages: Iterable[str | os.Pa
             raise
         for tmp, dest in staged:
             os.replace(tmp, dest)
-        _index_locked(channel, replaced=[dest.name for _, dest in staged])
+        _index_locked(root, replaced=[dest.name for _, dest in staged])
     return [dest for _, dest in staged]
 
 
@@ -106,13 +106,13 @@ def install(
     import rattler
 
     chans = [_channel(c) for c in channels]
-    platforms = [platform or str(rattler.Subdir.current()), "noarch"]
     if virtual_packages is None:
         virtual = rattler.VirtualPackage.detect()
     else:
         virtual = [_virtual(v) for v in virtual_packages]
 
     async def _run() -> list:
+        platforms = [rattler.Subdir(platform) if platform else rattler.Subdir.current(), rattler.Subdir("noarch")]
         records = await rattler.solve(sources=chans, specs=list(specs), platforms=platforms,
                                       virtual_packages=virtual)
         await rattler.install(records, target_prefix=os.fspath(prefix), show_progress=False)
@@ -120,7 +120,7 @@ def install(
 
     try:
         records = asyncio.run(_run())
-    except Exception as exc:  # py-rattler raises SolverError, InstallerError, ... (no common base)
+    except rattler_errors() as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise BuildFailed(f"cannot install {' '.join(specs)} from {', '.join(map(str, channels))}: {first}",
                           fix="check the channel holds the package and its dependencies") from None

@@ -39,9 +39,10 @@ def driver_compat(facts: Facts, *, driver: str | None, runtime_cuda: str,
         full = facts.toolkit(runtime_cuda).min_driver
     except BadInput:
         full = None
-    if driver is None and driver_cuda is None:
-        return DriverCompat(False, "unknown", floor or full, "no NVIDIA driver found")
-    if driver is None:  # only the driver's CUDA version (cuDriverGetVersion) is known
+    if driver is None:
+        if driver_cuda is None:
+            return DriverCompat(False, "unknown", floor or full, "no NVIDIA driver found")
+        # only the driver's CUDA version (cuDriverGetVersion) is known
         if version_key(driver_cuda) >= version_key(runtime_cuda):
             return DriverCompat(True, "native", full, f"the driver supports CUDA {driver_cuda} >= {runtime_cuda}")
         if int(driver_cuda.split(".")[0]) == major:
@@ -86,11 +87,12 @@ def ext_coverage(cc: str, sass, ptx) -> CoverageResult:
 
 def coverage_message(name: str, cc: str, result: CoverageResult, sass, ptx) -> str:
     listed = f"SASS [{', '.join(sass) or '-'}], PTX [{', '.join(ptx) or '-'}]"
-    if result.coverage is Coverage.NONE:
+    target = result.target
+    if target is None:  # Coverage.NONE
         return f"no kernel image is available for {name} ({cc}): mmcv's _ext holds {listed}"
     how = {Coverage.NATIVE: "native SASS", Coverage.LOWER_MINOR: "lower-minor SASS",
            Coverage.PTX_JIT: "PTX JIT only"}[result.coverage]
-    return f"{name} ({cc}) runs {how} from {result.target.arch} ({listed})"
+    return f"{name} ({cc}) runs {how} from {target.arch} ({listed})"
 
 
 def environment_for(facts: Facts, *, name: str | None = None, cc: str | None = None) -> str | None:

@@ -249,9 +249,9 @@ def diagnose(text: str, context: dict | None = None) -> Diagnosis:
     for m in re.finditer(r"^(?:step=(?P<step>.*?)(?: signal=(?P<signal>SIG\w+))?|timeout=(?P<timeout>\S+))$", text, re.M):
         fields.update({k: v for k, v in m.groupdict().items() if v and v != "?"})
     for rule in RULES:
-        m = re.search(rule.pattern, text, re.IGNORECASE | re.MULTILINE)
-        if m:
-            fields.update({k: v for k, v in m.groupdict().items() if v})
+        hit = re.search(rule.pattern, text, re.IGNORECASE | re.MULTILINE)
+        if hit:
+            fields.update({k: v for k, v in hit.groupdict().items() if v})
             if "lib" in fields and "package" not in fields:
                 fields["package"] = library_package(fields["lib"])
             return Diagnosis(rule.name, rule.cause.format_map(fields), rule.fix.format_map(fields))

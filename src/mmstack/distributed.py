@@ -41,8 +41,8 @@ WORKER = Path(__file__).with_name("dist_worker.py")
 # Run the worker by path (as ladder.py runs its children) and drop argv[0]; run_path leaves sys.path alone.
 _BOOT = "import runpy,sys; p=sys.argv[1]; sys.argv=sys.argv[1:]; runpy.run_path(p, run_name='__main__')"
 
-__all__ = ["MULTICAST_OFF", "FAULT_ENV", "NCCL_ENV_TO_TRY", "NCCL_FIX", "run_distributed_step",
-           "diagnose", "launch_env", "torchrun_cmd"]
+__all__ = ["FAULT_ENV", "MULTICAST_OFF", "NCCL_ENV_TO_TRY", "NCCL_FIX", "diagnose", "launch_env",
+           "run_distributed_step", "torchrun_cmd"]
 
 # What to try, one at a time, when NCCL fails; each with the reason it can help.
 NCCL_ENV_TO_TRY: list[dict[str, str]] = [

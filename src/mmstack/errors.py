@@ -43,3 +43,16 @@ class BuildFailed(MmstackError):
     """A recipe build failed; the channel is left as it was: exit 1."""
 
     exit_code = 1
+
+
+def rattler_errors() -> tuple[type[Exception], ...]:
+    """Every exception type py-rattler raises (SolverError, InstallerError, GatewayError, ...), and OSError.
+
+    They share no base but Exception, so code that turns rattler's refusal into one line catches
+    these, not everything: a bug of ours still surfaces as a traceback. Imported lazily: the base
+    install does not carry py-rattler."""
+    import rattler.exceptions as rx
+
+    own = tuple(t for t in vars(rx).values()
+                if isinstance(t, type) and issubclass(t, Exception) and not issubclass(t, Warning))
+    return (*own, OSError)

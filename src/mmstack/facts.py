@@ -9,8 +9,9 @@ from __future__ import annotations
 import difflib
 import functools
 import re
-from importlib import resources
+import sys
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Annotated
 
@@ -18,10 +19,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from .errors import BadInput
 
-try:  # Python >= 3.11
+if sys.version_info >= (3, 11):
     import tomllib
-except ModuleNotFoundError:  # pragma: no cover - 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
+else:  # pragma: no cover - 3.10: the `tomli` dependency
+    import tomli as tomllib
 
 FACTS_FILE = "gpus.toml"
 _ARCH_RE = re.compile(r"^\d{1,2}\.\d[af]?$")
@@ -131,7 +132,7 @@ class CudaToolkit(_Strict):
         return int(self.version.split(".")[0])
 
     @property
-    def key(self) -> tuple[int, int]:
+    def key(self) -> tuple[int, ...]:
         return version_key(self.version)
 
 
@@ -414,7 +415,7 @@ def _tuples(obj):
 @functools.lru_cache(maxsize=1)
 def load() -> Facts:
     """The packaged facts (cached)."""
-    text = resources.files("mmstack").joinpath("data", FACTS_FILE).read_text()
+    text = (resources.files("mmstack") / "data" / FACTS_FILE).read_text()  # Traversable.joinpath takes one part on 3.10
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:  # pragma: no cover - packaging error

@@ -29,10 +29,10 @@ import subprocess
 import tarfile
 import tempfile
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import IO, BinaryIO
 
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
@@ -67,7 +67,7 @@ def _arch_key(arch: str) -> tuple[int, int, str]:
     return int(major), int(rest[:1] or 0), rest[1:]
 
 
-def _sorted(archs: Iterator[str]) -> tuple[str, ...]:
+def _sorted(archs: Iterable[str]) -> tuple[str, ...]:
     return tuple(sorted(set(archs), key=_arch_key))
 
 
@@ -152,7 +152,7 @@ def _list_elf(stream: BinaryIO, where: str) -> ObjectListing:
     return ObjectListing(path=where, entries=tuple(entries))
 
 
-def _list_member(fileobj: BinaryIO, where: str) -> ObjectListing | None:
+def _list_member(fileobj: IO[bytes], where: str) -> ObjectListing | None:
     """Copy an archive member to a seekable temporary file and list it; None if it is not ELF."""
     with tempfile.TemporaryFile() as tmp:
         shutil.copyfileobj(fileobj, tmp, 1 << 20)
@@ -166,18 +166,19 @@ def _list_tar(tar: tarfile.TarFile, prefix: str) -> list[ObjectListing]:
     found = []
     for member in tar:  # streams: works on "r|" modes, so a .tar.zst pipe is never held in memory
         if member.isfile() and _SHARED_OBJECT.search(member.name):
-            listing = _list_member(tar.extractfile(member), f"{prefix}!{member.name}")
+            fileobj = tar.extractfile(member)  # None only for members that are not regular files
+            listing = _list_member(fileobj, f"{prefix}!{member.name}") if fileobj is not None else None
             if listing is not None:
                 found.append(listing)
     return found
 
 
-def _list_tar_zst(fileobj: BinaryIO, prefix: str) -> list[ObjectListing]:
+def _list_tar_zst(fileobj: IO[bytes], prefix: str) -> list[ObjectListing]:
     try:
         import zstandard  # optional: not a base dependency of mmstack
     except ImportError:
-        zstandard = None
-    if zstandard is not None:
+        pass  # fall back on the zstd command below
+    else:
         with zstandard.ZstdDecompressor().stream_reader(fileobj) as raw, tarfile.open(fileobj=raw, mode="r|") as tar:
             return _list_tar(tar, prefix)
     if shutil.which("zstd") is None:
@@ -185,13 +186,10 @@ def _list_tar_zst(fileobj: BinaryIO, prefix: str) -> list[ObjectListing]:
     with tempfile.TemporaryFile() as packed:
         shutil.copyfileobj(fileobj, packed, 1 << 20)
         packed.seek(0)
-        proc = subprocess.Popen(["zstd", "-dcq"], stdin=packed, stdout=subprocess.PIPE)
-        try:
-            with tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
-                return _list_tar(tar, prefix)
-        finally:
-            proc.stdout.close()
-            proc.wait()
+        # Leaving the Popen block closes its stdout and waits for zstd, however the listing ends.
+        with subprocess.Popen(["zstd", "-dcq"], stdin=packed, stdout=subprocess.PIPE) as proc, \
+                tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
+            return _list_tar(tar, prefix)
 
 
 def _list_zip(path: Path, where: str) -> list[ObjectListing]:

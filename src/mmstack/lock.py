@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import lockfile, pixi_manifest, policy, report, variants
-from .errors import BadInput, CheckFailed
+from .errors import BadInput, CheckFailed, rattler_errors
 from .facts import Facts, load as load_facts
 from .lockfile import LockedEnv
 from .pixi_manifest import EnvSpec, Manifest, Platform
@@ -84,7 +84,7 @@ def solve_env(env: EnvSpec, facts: Facts, channels: list[str], *, gateway=None) 
 
     Pass one rattler Gateway for several environments: it caches repodata between solves.
     """
-    from rattler import solve
+    from rattler import Subdir, solve
 
     if env.pypi:
         raise BadInput(f"environment {env.name!r} has pypi-dependencies ({', '.join(env.pypi)}); `mmstack lock` solves conda packages only",
@@ -97,10 +97,10 @@ def solve_env(env: EnvSpec, facts: Facts, channels: list[str], *, gateway=None) 
     specs = [s.match_spec for s in env.specs]
     try:
         records = asyncio.run(solve(
-            channels, specs, platforms=[plat.subdir, "noarch"], gateway=gateway,
+            channels, specs, platforms=[Subdir(plat.subdir), Subdir("noarch")], gateway=gateway,
             virtual_packages=_generic(virtual_packages(env, plat, facts)),
         ))
-    except Exception as exc:
+    except rattler_errors() as exc:
         lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
         reason = " ".join(lines[:6])[:600] or type(exc).__name__
         raise CheckFailed(f"{env.name}: cannot solve: {reason}",
@@ -228,12 +228,12 @@ def run_lock(*, root: Path = Path("."), envs: list[str] | None = None, channels:
             if name in all_envs or name not in inputs.manifest.envs:
                 continue
             prev = old[name]
-            plat = next((p for p in inputs.manifest.platforms if p.name == prev.platform), None)
-            if plat is None or plat.identity() != pixi_manifest.platform_identity(prev.subdir, prev.virtual_packages):
+            kept = next((p for p in inputs.manifest.platforms if p.name == prev.platform), None)
+            if kept is None or kept.identity() != pixi_manifest.platform_identity(prev.subdir, prev.virtual_packages):
                 raise CheckFailed(f"{name}: locked on platform {prev.platform!r}, which pixi.toml no longer declares",
                                   fix="re-lock every environment: `mmstack lock` without --env")
             recs = e.conda_repodata_records_for_platform(e.platforms()[0]) or []
-            all_envs[name] = (plat, list(prev.channels), list(recs))
+            all_envs[name] = (kept, list(prev.channels), list(recs))
     seen: dict[str, Platform] = {}
     for name, (plat, _, _) in all_envs.items():
         if seen.setdefault(plat.name, plat).declared != plat.declared:

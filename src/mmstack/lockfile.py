@@ -18,9 +18,9 @@ import json
 import os
 import re
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from .errors import BadInput
 from .pixi_manifest import Platform
@@ -51,7 +51,7 @@ class Locked:
         return f"{self.name} {self.version} {self.build}"
 
     @classmethod
-    def from_record(cls, r) -> "Locked":
+    def from_record(cls, r) -> Locked:
         return cls(
             name=r.name.normalized, version=str(r.version), build=str(r.build), subdir=str(r.subdir),
             url=str(r.url), file_name=str(r.file_name),
@@ -154,11 +154,10 @@ def build_pixi_lock(envs: dict[str, tuple[Platform, list[str], list]], aliases: 
     As pixi writes it: a platform that is not a bare subdir is named by its alias (`p1`, `p2`, ...
     from `Manifest.lock_aliases`), its virtual packages are the declared ones plus the subdir's
     defaults; readers match it back to pixi.toml by identity."""
-    from rattler import LockChannel, LockFile, LockPlatform
-    from rattler import Subdir
+    from rattler import LockChannel, LockFile, LockPlatform, Subdir
 
     aliases = aliases or {}
-    plats: dict[str, object] = {}
+    plats: dict[str, LockPlatform] = {}
     for _, (plat, _, _) in sorted(envs.items()):
         if plat.name not in plats:
             name = aliases.get(plat.name, plat.name)
@@ -221,6 +220,7 @@ def conda_lock_document(*, env: LockedEnv, channels: list[str], sources: list[st
 def _dependencies(depends) -> dict[str, str]:
     """conda-lock's `dependencies`: name -> version constraint ("" for any); repeated names join with ','."""
     from rattler import MatchSpec
+    from rattler.exceptions import InvalidMatchSpecError
 
     out: dict[str, str] = {}
     for dep in depends:
@@ -228,7 +228,7 @@ def _dependencies(depends) -> dict[str, str]:
             ms = MatchSpec(dep)
             name = ms.name.normalized
             version = "" if ms.version is None else str(ms.version)
-        except Exception:  # keep what cannot be parsed verbatim rather than dropping it
+        except InvalidMatchSpecError:  # keep what cannot be parsed verbatim rather than dropping it
             name, _, version = dep.partition(" ")
         version = "" if version == "*" else version
         if out.get(name) and version:
@@ -487,4 +487,7 @@ def _new_temp(target: Path) -> Path:
 
 
 def text_writer(text: str) -> Callable[[Path], None]:
-    return lambda p: p.write_text(text)
+    def write(p: Path) -> None:
+        p.write_text(text)
+
+    return write

@@ -15,15 +15,16 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import BadInput
 
-try:  # Python >= 3.11
+if sys.version_info >= (3, 11):
     import tomllib
-except ModuleNotFoundError:  # pragma: no cover - 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
+else:  # pragma: no cover - 3.10: the `tomli` dependency
+    import tomli as tomllib
 
 MANIFEST = "pixi.toml"
 CONDA_FORGE = "https://conda.anaconda.org/conda-forge/"

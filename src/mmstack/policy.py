@@ -19,10 +19,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import arch as archmod
+from . import arch as archmod, pixi_manifest
 from .facts import Facts, Generation, version_key
 from .lockfile import LockedEnv
-from . import pixi_manifest
 from .pixi_manifest import EnvSpec, Manifest
 from .variants import FAT_TAG, Variant
 
@@ -198,7 +197,7 @@ def _gen(facts: Facts, env: str) -> Generation | None:
 
 def lock_problems(*, env: EnvSpec, locked: LockedEnv, facts: Facts, matrix: list[Variant],
                   channels: list[str], stored_digests: dict[str, str] | None,
-                  channel_index: "ChannelIndex | None" = None) -> list[Problem]:
+                  channel_index: ChannelIndex | None = None) -> list[Problem]:
     """Everything wrong with one locked environment."""
     out: list[Problem] = []
     name = env.name
@@ -285,6 +284,7 @@ def _matches(ms, pkg) -> bool:
 def _closure(locked: LockedEnv, plat, relock: str) -> list[Problem]:
     """Every `depends` of every record is met by another record or by a declared virtual package."""
     from rattler import MatchSpec, Version, VersionSpec
+    from rattler.exceptions import InvalidMatchSpecError
 
     vps = dict(plat.virtual_packages) if plat else {}
     for s in locked.virtual_packages:
@@ -302,7 +302,7 @@ def _closure(locked: LockedEnv, plat, relock: str) -> list[Problem]:
         for dep in pkg.depends:
             try:
                 ms = MatchSpec(dep)
-            except Exception:
+            except InvalidMatchSpecError:
                 out.append(Problem(locked.name, pkg.name, "missing-dependency", f"{pkg.label}: cannot parse dependency {dep!r}", relock))
                 continue
             dname = ms.name.normalized

@@ -80,14 +80,14 @@ def read_config(path: Path) -> list[dict]:
     if not path.is_file():
         raise BadInput(f"{path} not found", fix="run from the repository root or pass --config PATH")
     try:
-        from rattler_build import JinjaConfig, PlatformConfig, VariantConfig
+        from rattler_build import JinjaConfig, PlatformConfig, RattlerBuildError, VariantConfig
     except ImportError:
         raise BadInput("py-rattler-build is not installed", fix="pip install 'mmstack[build]'") from None
     try:
         jinja = JinjaConfig(platform=PlatformConfig(target_platform="linux-64"))
         config = VariantConfig.from_conda_build_config(str(path), jinja)
         combos = config.combinations()
-    except Exception as exc:  # rattler_build raises its own types for parse errors
+    except RattlerBuildError as exc:  # the base of rattler_build's own error types (VariantError, IoError, ...)
         msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise BadInput(f"cannot read variant config: {msg}", source=str(path), fix="fix the YAML") from None
     keys = set(config.keys())
@@ -108,9 +108,9 @@ def build_matrix(facts: Facts, combos: list[dict], *, source: str = CONFIG_FILE)
     problems: list[str] = []
     variants: list[Variant] = []
     for c in combos:
-        v, problem = _variant(facts, c)
-        if problem:
-            problems.append(problem)
+        v = _variant(facts, c)
+        if isinstance(v, str):
+            problems.append(v)
         else:
             variants.append(v)
     if problems:
@@ -133,29 +133,30 @@ def _order(v: Variant):
     return (tuple(int(p) for p in v.python.split(".")), cuda, v.arch_tag == FAT_TAG, first)
 
 
-def _variant(facts: Facts, c: dict) -> tuple[Variant | None, str | None]:
-    cuda = str(c["cuda_compiler_version"])
-    cuda = None if cuda in {"None", "none", ""} else cuda
+def _variant(facts: Facts, c: dict) -> Variant | str:
+    """The combination's Variant, or the one line saying what is wrong with it."""
+    raw_cuda = str(c["cuda_compiler_version"])
+    cuda = None if raw_cuda in {"None", "none", ""} else raw_cuda
     tag = str(c["arch_tag"])
     raw_list = str(c["mmcv_arch_list"])
     label = f"cuda_compiler_version={cuda or 'None'} mmcv_arch_list={raw_list!r} arch_tag={tag!r}"
     if cuda is None:
         if raw_list.lower() != "none" or tag != CPU_TAG:
-            return None, f"{label}: the CPU variant needs mmcv_arch_list 'none' and arch_tag 'cpu'"
-        return Variant(str(c["python"]), str(c["pytorch"]), None, "none", CPU_TAG), None
+            return f"{label}: the CPU variant needs mmcv_arch_list 'none' and arch_tag 'cpu'"
+        return Variant(str(c["python"]), str(c["pytorch"]), None, "none", CPU_TAG)
     try:
         facts.toolkit(cuda)
         targets = archmod.parse_arch_list(raw_list, where="mmcv_arch_list")
     except BadInput as exc:
-        return None, f"{label}: {exc.message}"
+        return f"{label}: {exc.message}"
     missing = archmod.unbuildable(targets, cuda, facts)
     if missing:
         names = ", ".join(str(t.arch) for t in missing)
-        return None, f"{label}: CUDA {cuda} cannot build {names}"
+        return f"{label}: CUDA {cuda} cannot build {names}"
     expected = FAT_TAG if tag == FAT_TAG else arch_tag_for(targets)
     if tag != expected:
-        return None, f"{label}: arch_tag should be {expected!r}"
-    return Variant(str(c["python"]), str(c["pytorch"]), cuda, archmod.format_arch_list(targets), tag), None
+        return f"{label}: arch_tag should be {expected!r}"
+    return Variant(str(c["python"]), str(c["pytorch"]), cuda, archmod.format_arch_list(targets), tag)
 
 
 def arch_tag_for(targets) -> str:

@@ -14,8 +14,7 @@ import json
 import re
 from pathlib import Path
 
-from . import ci_templates as t
-from . import pixi_manifest
+from . import ci_templates as t, pixi_manifest
 from .errors import CheckFailed
 from .facts import Facts, load
 from .variants import CONFIG_FILE, CPU_TAG, FAT_TAG, Variant, config_digest, load_matrix

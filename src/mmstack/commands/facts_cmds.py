@@ -6,8 +6,7 @@ import json as jsonlib
 import re
 from pathlib import Path
 
-from .. import arch as archmod
-from .. import report, variants
+from .. import arch as archmod, report, variants
 from ..errors import BadInput
 from ..facts import load
 
@@ -86,10 +85,9 @@ def run_gpus(*, name: str | None, as_json: bool, arch: str | None = None, env: s
 def run_arch_check(*, gpu: str | None, arch_list: str | None, cuda: str | None, as_json: bool,
                    cc: str | None = None, package: Path | None = None) -> int:
     facts = load()
-    if (arch_list is None) == (package is None):
-        raise BadInput("give exactly one of --arch-list LIST or --package PATH",
-                       fix="e.g. --arch-list '8.6;9.0+PTX' or --package torchvision-*.whl")
-    if package is not None:
+    if arch_list is not None and package is None:
+        a = archmod.assess(facts, gpu_name=gpu, cc=cc, arch_list=arch_list, cuda=cuda)
+    elif package is not None and arch_list is None:
         if cuda is not None:
             raise BadInput("--cuda goes with --arch-list (a package is already built)", fix="drop --cuda")
         if gpu is None and cc is None:
@@ -98,7 +96,8 @@ def run_arch_check(*, gpu: str | None, arch_list: str | None, cuda: str | None, 
 
         a = archmod.assess_package(facts, list_fatbins(package), package=str(package), gpu_name=gpu, cc=cc)
     else:
-        a = archmod.assess(facts, gpu_name=gpu, cc=cc, arch_list=arch_list, cuda=cuda)
+        raise BadInput("give exactly one of --arch-list LIST or --package PATH",
+                       fix="e.g. --arch-list '8.6;9.0+PTX' or --package torchvision-*.whl")
     if as_json:
         report.print_json(a.as_dict())
     else:

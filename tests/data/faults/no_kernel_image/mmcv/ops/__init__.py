@@ -1,6 +1,6 @@
 from .. import _ext  # noqa: F401
 
-__all__ = ["roi_align", "nms", "box_iou_rotated", "deform_conv2d", "points_in_boxes_all", "points_in_boxes_cpu"]
+__all__ = ["box_iou_rotated", "deform_conv2d", "nms", "points_in_boxes_all", "points_in_boxes_cpu", "roi_align"]
 
 
 def get_compiler_version():
