@@ -376,7 +376,7 @@ def c_bbox_overlaps(c):
 
 
 def c_iou3d(c):
-    from mmcv.ops import boxes_iou3d, boxes_iou_bev, boxes_overlap_bev, nms3d, nms3d_normal, nms_bev, nms_normal_bev
+    from mmcv.ops import boxes_iou3d, boxes_overlap_bev, nms3d, nms3d_normal
 
     torch = c.torch
     # (x, y, z, dx, dy, dz, yaw): a 2-cube, the same shifted 1 in x, the same turned 45 degrees
@@ -385,12 +385,19 @@ def c_iou3d(c):
     octagon = 8 * math.sqrt(2) - 8
     c.close("boxes_overlap_bev", c.run(boxes_overlap_bev, a, b), [[2.0, octagon]], "known-values", atol=1e-4)
     c.close("boxes_iou3d", c.run(boxes_iou3d, a, b), [[1 / 3, 1 / math.sqrt(2)]], "known-values", atol=1e-4)
-    bev = torch.tensor([[-1.0, -1.0, 1.0, 1.0, 0.0], [0.0, -1.0, 2.0, 1.0, 0.0]])  # (x1, y1, x2, y2, r)
-    c.close("boxes_iou_bev", c.run(boxes_iou_bev, bev[:1], bev[1:]), [[1 / 3]], "known-values", atol=1e-5)
     scores = torch.tensor([0.9, 0.8, 0.7])
     three = torch.cat([a, b[1:], torch.tensor([[9.0, 9.0, 0.0, 2.0, 2.0, 2.0, 0.0]])])
     c.exact("nms3d", c.run(nms3d, three, scores, 0.5).cpu(), [0, 2], "known-values")
     c.exact("nms3d_normal", c.run(nms3d_normal, three, scores, 0.5).cpu(), [0, 2], "known-values")
+
+
+def c_iou_bev(c):
+    from mmcv.ops import boxes_iou_bev, nms_bev, nms_normal_bev
+
+    torch = c.torch
+    bev = torch.tensor([[-1.0, -1.0, 1.0, 1.0, 0.0], [0.0, -1.0, 2.0, 1.0, 0.0]])  # (x1, y1, x2, y2, r)
+    c.close("boxes_iou_bev", c.run(boxes_iou_bev, bev[:1], bev[1:]), [[1 / 3]], "known-values", atol=1e-5)
+    scores = torch.tensor([0.9, 0.8, 0.7])
     bev3 = torch.tensor([[-1.0, -1.0, 1.0, 1.0, 0.0], [-1.0, -1.0, 1.0, 1.2, 0.0], [5.0, 5.0, 6.0, 6.0, 0.0]])
     c.exact("nms_bev", c.run(nms_bev, bev3, scores, 0.5).cpu(), [0, 2], "known-values")
     c.exact("nms_normal_bev", c.run(nms_normal_bev, bev3, scores, 0.5).cpu(), [0, 2], "known-values")
@@ -555,16 +562,10 @@ def c_conv2d_gradfix(c):
 def c_sparse_conv(c):
     from mmcv.ops import (SparseConv2d, SparseConv3d, SparseConvTensor, SparseConvTranspose2d, SparseConvTranspose3d,
                           SparseInverseConv2d, SparseInverseConv3d, SparseMaxPool2d, SparseMaxPool3d, SparseSequential,
-                          SubMConv2d, SubMConv3d, scatter_nd)
+                          SubMConv2d, SubMConv3d)
 
     torch = c.torch
     f = torch.nn.functional
-    # scatter_nd (pure torch)
-    idx = torch.tensor([[0, 1], [2, 3]])
-    c.exact("scatter_nd", c.run(scatter_nd, idx, torch.tensor([5.0, 7.0]), [3, 4]),
-            [[0, 5, 0, 0], [0, 0, 0, 0], [0, 0, 0, 7]], "known-values")
-    if not c.cuda:
-        raise Skip("CUDA-only: mmcv's sparse conv index kernels (get_indice_pairs) have no CPU implementation")
     for dims, subm, conv, pool in ((3, SubMConv3d, SparseConv3d, SparseMaxPool3d), (2, SubMConv2d, SparseConv2d, SparseMaxPool2d)):
         shape = [6] * dims
         dense_mask = c.rand(1, *shape) > 0.7
@@ -602,6 +603,15 @@ def c_sparse_conv(c):
         _finite(y.features)
 
 
+def c_scatter_nd(c):
+    from mmcv.ops import scatter_nd
+
+    torch = c.torch
+    idx = torch.tensor([[0, 1], [2, 3]])
+    c.exact("scatter_nd", c.run(scatter_nd, idx, torch.tensor([5.0, 7.0]), [3, 4]),
+            [[0, 5, 0, 0], [0, 0, 0, 0], [0, 0, 0, 7]], "known-values")
+
+
 # -- segmentation, attention, pooling ----------------------------------------------------------------
 
 
@@ -628,10 +638,10 @@ def c_cc_attention(c):
 
     torch = c.torch
     torch.manual_seed(0)
-    mod = CrissCrossAttention(4)
+    mod = CrissCrossAttention(16)  # query/key convs have in_channels // 8 channels
     with torch.no_grad():
-        mod.gamma.fill_(1.0)
-    x = c.rand(1, 4, 3, 4)
+        mod.gamma.scale.fill_(1.0)  # a Scale module, 0 at init (which would make the output x itself)
+    x = c.rand(1, 16, 3, 4)
     got = c.run(mod.to(c.dev), x)
     mod = mod.cpu()
     q, k, v = mod.query_conv(x)[0], mod.key_conv(x)[0], mod.value_conv(x)[0]
@@ -691,8 +701,14 @@ def c_tin_shift(c):
     shift = torch.tensor([[1, 0]], dtype=torch.int32)
     out = c.run(tin_shift, x, shift)
     _finite(out, c.run(TINShift(), x, shift))
-    # group 1 (shift 0) is unchanged
+    # group 1 (shift 0) is unchanged; group 0 moves one step in time, zero-filled
     c.close("tin_shift", out[:, :, 2:], x[:, :, 2:], "known-values")
+    zero = torch.zeros_like(x[:, :1, :2])
+    later, earlier = torch.cat([zero, x[:, :-1, :2]], 1), torch.cat([x[:, 1:, :2], zero], 1)
+    try:
+        c.close("tin_shift", out[:, :, :2], later, "known-values")
+    except Mismatch:
+        c.close("tin_shift", out[:, :, :2], earlier, "known-values")
 
 
 def c_ms_deform_attn(c):
@@ -747,10 +763,10 @@ def c_upfirdn2d(c):
     # a symmetric filter, so correlation and convolution agree: a depthwise conv with zero padding 1
     want = torch.nn.functional.conv2d(torch.nn.functional.pad(x, [1, 1, 1, 1]), f.expand(2, 1, 3, 3), groups=2)
     c.close("upfirdn2d", c.run(upfirdn2d, x, f, padding=1), want, "torch", atol=1e-5)
-    c.close("filter2d", c.run(filter2d, x, f, padding=1), want, "torch", atol=1e-5)
+    c.close("filter2d", c.run(filter2d, x, f), want, "torch", atol=1e-5)  # pads to keep the size itself
     # upsampling a constant with a normalised filter keeps the constant away from the border
     const = torch.full((1, 2, 6, 6), 3.0)
-    c.close("upsample2d", c.run(upsample2d, const, f1 / 4 * 2, 2)[..., 2:-2, 2:-2], torch.full((1, 2, 8, 8), 3.0),
+    c.close("upsample2d", c.run(upsample2d, const, f1 / 4, 2)[..., 2:-2, 2:-2], torch.full((1, 2, 8, 8), 3.0),
             "known-values", atol=1e-4)
 
 
@@ -832,8 +848,8 @@ def c_points_in_boxes(c):
     boxes = torch.tensor([[[0.0, 0.0, 0.0, 2.0, 4.0, 2.0, math.pi / 2], [10.0, 10.0, 0.0, 1.0, 1.0, 1.0, 0.0]]])
     pts = torch.tensor([[[1.5, 0.0, 1.0], [0.0, 1.5, 1.0], [0.0, 0.0, 3.0], [10.2, 9.8, 0.5], [0.0, 0.0, 0.5]]])
     want = [[[1, 0], [0, 0], [0, 0], [0, 1], [1, 0]]]
-    c.exact("points_in_boxes_cpu", c.run(points_in_boxes_cpu, pts, boxes, device="cpu"), want, "known-values")
-    if not c.cuda:
+    if not c.cuda:  # the CPU form only
+        c.exact("points_in_boxes_cpu", c.run(points_in_boxes_cpu, pts, boxes, device="cpu"), want, "known-values")
         return
     c.exact("points_in_boxes_all", c.run(points_in_boxes_all, pts, boxes).cpu(), want, "known-values")
     c.exact("points_in_boxes_part", c.run(points_in_boxes_part, pts, boxes).cpu(), [[0, -1, -1, 1, 0]], "known-values")
@@ -889,7 +905,7 @@ def c_gather_points(c):
 
 
 def c_grouping(c):
-    from mmcv.ops import GroupAll, QueryAndGroup, grouping_operation
+    from mmcv.ops import QueryAndGroup, grouping_operation
 
     torch = c.torch
     feats = c.rand(2, 3, 10)
@@ -897,9 +913,16 @@ def c_grouping(c):
     want = torch.stack([feats[b][:, idx[b].long()] for b in range(2)])
     c.exact("grouping_operation", c.run(grouping_operation, feats, idx), want, "torch")
     xyz = c.rand(2, 10, 3)
+    _finite(c.run(QueryAndGroup(0.5, 4), xyz, xyz[:, :3].contiguous(), feats))
+
+
+def c_group_all(c):
+    from mmcv.ops import GroupAll
+
+    torch = c.torch
+    feats, xyz = c.rand(2, 3, 10), c.rand(2, 10, 3)
     got = c.run(GroupAll(use_xyz=True), xyz, None, feats)
     c.exact("GroupAll", got, torch.cat([xyz.transpose(1, 2)[:, :, None], feats[:, :, None]], 1), "torch")
-    _finite(c.run(QueryAndGroup(0.5, 4), xyz, xyz[:, :3].contiguous(), feats))
 
 
 def c_ball_query(c):
@@ -1028,7 +1051,10 @@ def c_roipoint_pool3d(c):
     boxes = torch.tensor([[[0.0, 0.0, 0.0, 4.0, 4.0, 4.0, 0.0]]])
     pooled, empty = c.run(RoIPointPool3d(8), pts, feats, boxes)
     c.exact("RoIPointPool3d", empty.cpu(), [[0]], "known-values")
-    _finite(pooled)
+    # every pooled row is (xyz, features) of an input point: all 30 lie inside the box
+    rows = torch.cat([pts, feats], 2)[0]
+    dist = ((pooled.cpu()[0, 0][:, None, :] - rows[None]) ** 2).sum(-1).min(1)[0]
+    c.close("RoIPointPool3d", dist, torch.zeros(8), "torch", atol=1e-6)
 
 
 def c_rotated_feature_align(c):
@@ -1056,15 +1082,21 @@ def c_pixel_group(c):
 
     torch = c.torch
     score = c.rand(6, 6)
-    mask = torch.ones(6, 6, dtype=torch.bool)
-    emb = c.rand(6, 6, 4)
     label = torch.zeros(6, 6, dtype=torch.int32)
-    label[1:3, 1:3], label[4:6, 4:6] = 1, 2
+    label[1:3, 1:3], label[4:6, 4:5] = 1, 2
+    mask = label > 0  # the text mask is the kernels alone, so nothing grows
+    emb = c.rand(6, 6, 4)
     contour = torch.zeros(6, 6, dtype=torch.uint8)
     out = pixel_group(score, mask, emb, label, contour, 3, 0.8)
     c.ran_on.add("cpu")
-    if len(out) != 2:
-        raise Mismatch(f"pixel_group: {len(out)} groups for 2 kernels")
+    # per label (0 is the background): mean score, pixel count, then x, y of each pixel in raster order
+    want = [[0.0, 0.0]]
+    for lab in (1, 2):
+        ys, xs = (label == lab).nonzero(as_tuple=True)
+        want.append([float(score[label == lab].mean()), float(len(xs))] + [float(v) for p in zip(xs, ys) for v in p])
+    if [len(g) for g in out] != [len(g) for g in want]:
+        raise Mismatch(f"pixel_group vs known-values: group sizes {[len(g) for g in out]} != {[len(g) for g in want]}")
+    c.close("pixel_group", [v for g in out for v in g], [v for g in want for v in g], "known-values", atol=1e-5)
 
 
 def c_contour_expand(c):
@@ -1119,8 +1151,8 @@ CHECKS = (
     ("nms_rotated", ("nms_rotated",), False, c_nms_rotated),
     ("nms_quadri", ("nms_quadri",), False, c_nms_quadri),
     ("bbox_overlaps", ("bbox_overlaps",), False, c_bbox_overlaps),
-    ("iou3d", ("boxes_iou3d", "boxes_iou_bev", "boxes_overlap_bev", "nms3d", "nms3d_normal", "nms_bev",
-               "nms_normal_bev"), True, c_iou3d),
+    ("iou3d", ("boxes_iou3d", "boxes_overlap_bev", "nms3d", "nms3d_normal"), True, c_iou3d),
+    ("iou_bev", ("boxes_iou_bev", "nms_bev", "nms_normal_bev"), False, c_iou_bev),
     ("diff_iou_rotated", ("diff_iou_rotated_2d", "diff_iou_rotated_3d"), True, c_diff_iou_rotated),
     ("convex_iou", ("convex_iou", "convex_giou"), True, c_convex_iou),
     ("min_area_polygons", ("min_area_polygons",), True, c_min_area_polygons),
@@ -1134,8 +1166,9 @@ CHECKS = (
     ("conv2d_gradfix", ("conv2d", "conv_transpose2d"), False, c_conv2d_gradfix),
     ("sparse_conv", ("SparseConv2d", "SparseConv3d", "SparseConvTranspose2d", "SparseConvTranspose3d",
                      "SparseInverseConv2d", "SparseInverseConv3d", "SubMConv2d", "SubMConv3d", "SparseModule",
-                     "SparseSequential", "SparseMaxPool2d", "SparseMaxPool3d", "SparseConvTensor", "scatter_nd"),
-     False, c_sparse_conv),
+                     "SparseSequential", "SparseMaxPool2d", "SparseMaxPool3d", "SparseConvTensor"),
+     True, c_sparse_conv),
+    ("scatter_nd", ("scatter_nd",), False, c_scatter_nd),
     ("carafe", ("carafe", "carafe_naive", "CARAFE", "CARAFENaive", "CARAFEPack"), True, c_carafe),
     ("CrissCrossAttention", ("CrissCrossAttention",), False, c_cc_attention),
     ("CornerPool", ("CornerPool",), False, c_corner_pool),
@@ -1150,12 +1183,14 @@ CHECKS = (
     ("Correlation", ("Correlation",), True, c_correlation),
     ("focal_loss", ("sigmoid_focal_loss", "SigmoidFocalLoss", "softmax_focal_loss", "SoftmaxFocalLoss"), True,
      c_focal_loss),
-    ("points_in_boxes", ("points_in_boxes_cpu", "points_in_boxes_all", "points_in_boxes_part"), False, c_points_in_boxes),
+    ("points_in_boxes_cpu", ("points_in_boxes_cpu",), False, c_points_in_boxes),
+    ("points_in_boxes", ("points_in_boxes_all", "points_in_boxes_part"), True, c_points_in_boxes),
     ("knn", ("knn",), True, c_knn),
     ("three_nn", ("three_nn",), True, c_three_nn),
     ("three_interpolate", ("three_interpolate",), True, c_three_interpolate),
     ("gather_points", ("gather_points",), True, c_gather_points),
-    ("group_points", ("grouping_operation", "GroupAll", "QueryAndGroup"), True, c_grouping),
+    ("group_points", ("grouping_operation", "QueryAndGroup"), True, c_grouping),
+    ("GroupAll", ("GroupAll",), False, c_group_all),
     ("ball_query", ("ball_query",), True, c_ball_query),
     ("furthest_point_sample", ("furthest_point_sample", "furthest_point_sample_with_dist", "PointsSampler"), True,
      c_furthest_point_sample),
@@ -1177,9 +1212,10 @@ def run_check(op: str, cuda_only: bool, fn, dev: str, tv) -> dict:
     """One op's record: op, device, reference(s), status, max_error, reason."""
     import torch
 
-    rec = {"op": op, "device": dev}
+    rec = {"op": op, "device": dev, "reason": None}
     if cuda_only and dev == "cpu":
-        rec.update(status="skip", reference=None, references=[], reason="CUDA-only: mmcv has no CPU kernel for it")
+        rec.update(status="skip", reference=None, references=[], max_error=None,
+                   reason="CUDA-only: mmcv has no CPU kernel for it")
         return rec
     c = Ctx(op, dev, tv)
     try:
@@ -1188,6 +1224,7 @@ def run_check(op: str, cuda_only: bool, fn, dev: str, tv) -> dict:
             torch.cuda.synchronize()
     except Skip as why:
         rec.update(status="skip", reason=str(why))
+        c.refs = []
     except Exception as exc:  # noqa: BLE001 - a wrong or crashing op is this op's finding
         rec.update(status="fail", reason=f"{type(exc).__name__}: {exc}".strip()[:500])
     else:

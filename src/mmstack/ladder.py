@@ -270,8 +270,17 @@ def run_parts(parts: list[str], *, python: str, timeout: float, opts: dict | Non
     runs: dict[str, ChildRun] = {}
     children: list[dict] = []
     remaining = list(parts)
+    needs = opts.get("needs", {})
     while remaining:
         failed = [p for p, r in runs.items() if not r.ok]
+        for p in remaining:  # what a failure blocks needs no interpreter
+            blocker = next((n for n in needs.get(p, ()) if n in failed), None)
+            if blocker:
+                runs[p] = ChildRun(mode=p, returncode=None, seconds=0.0, skipped=f"needs {blocker}")
+                failed.append(p)
+        remaining = [p for p in remaining if p not in runs]
+        if not remaining:
+            break
         got, info = _child_once(remaining, python=python, timeout=timeout, opts=opts, env=env, failed=failed)
         children.append(info)
         runs.update(got)
