@@ -3,6 +3,9 @@
     python benchmarks/bench_ladder.py --runs 5 [--python EXE] [--out benchmarks/results/cpu-dev/ladder.json]
 
 bare:    `python -c "import torch, mmcv.ops; <nms on 2 boxes>"`, one process
+bare-no-teardown: the same ending in os._exit(0), as the ladder's child ends (it skips Python's
+         finalisation, 1.2-2 s of torch teardown here): the ratio against it shows what the levels
+         themselves cost beyond the imports
 L1-L4:   run_ladder(levels L1..L4) in this process: one child runs the levels in order
 L1-L5:   the same with L5 (a few training steps of DeformConv2d + RoIAlign, mmengine's optimiser)
 cli:     `mmstack verify --levels L1,L2,L3,L4 --json` (adds the CLI's own start-up)
@@ -47,6 +50,9 @@ def main() -> None:
     def bare():
         subprocess.run([args.python, "-c", BARE], check=True, capture_output=True)
 
+    def bare_no_teardown():
+        subprocess.run([args.python, "-c", BARE + "; import os; os._exit(0)"], check=True, capture_output=True)
+
     def ladder(levels, key):
         def go():
             result = run_ladder(levels=levels, python=args.python)
@@ -62,7 +68,7 @@ def main() -> None:
 
     versions = subprocess.run([args.python, "-c", VERSIONS], check=True, capture_output=True, text=True).stdout.split()
     bare()  # warm the page cache once so the first round is not an outlier
-    steps = [("bare", bare), ("L1-L4", ladder(("L1", "L2", "L3", "L4"), "L1-L4")),
+    steps = [("bare", bare), ("bare-no-teardown", bare_no_teardown), ("L1-L4", ladder(("L1", "L2", "L3", "L4"), "L1-L4")),
              ("L1-L5", ladder(("L1", "L2", "L3", "L4", "L5"), "L1-L5"))] + ([] if args.no_cli else [("cli", cli)])
     times: dict[str, list] = {name: [] for name, _ in steps}
     load_before = os.getloadavg()
@@ -74,6 +80,8 @@ def main() -> None:
     load_after = os.getloadavg()
     med = {k: round(statistics.median(v), 3) for k, v in times.items()}
     ratio = {f"{k}_over_bare": round(med[k] / med["bare"], 3) for k in med if k != "bare"}
+    ratio.update({f"{k}_over_bare-no-teardown": round(med[k] / med["bare-no-teardown"], 3)
+                  for k in med if not k.startswith("bare")})
     per_level = {key: {lv: round(statistics.median(r[lv] for r in runs), 3) for lv in runs[0]}
                  for key, runs in level_seconds.items() if runs}
     data = {
