@@ -273,7 +273,7 @@ def l2(**kw):
     ],
 )
 def test_l2_decision(ev, listing, expect_gpu, status, coverage, problem):
-    got, reason, prob, extra = decide_cuda(ev, listing, expect_gpu=expect_gpu)
+    got, reason, prob, _extra = decide_cuda(ev, listing, expect_gpu=expect_gpu)
     assert got == status, reason
     assert reason
     if coverage:
@@ -283,6 +283,6 @@ def test_l2_decision(ev, listing, expect_gpu, status, coverage, problem):
 
 def test_l2_driver_too_old_diagnosis_names_the_driver_needed():
     ev = l2(torch_cuda="12.9", cuda_available=False, devices=None, driver="470.57.02", driver_cuda=None)
-    status, reason, problem, extra = decide_cuda(ev, {}, expect_gpu=True)
+    _status, reason, _problem, extra = decide_cuda(ev, {}, expect_gpu=True)
     assert extra["driver_needed"] == "525.60.13"
     assert "470.57.02" in reason and "525.60.13" in reason

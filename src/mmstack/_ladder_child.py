@@ -332,7 +332,7 @@ def op_nms(dev, tv):
     import torch
     from mmcv.ops import nms
 
-    ev = {}
+    ev: dict[str, object] = {}
     # IoU(box0, box3) = 100/105, IoU(box1, box3) = 85.5/119.5: both go; box2 is apart.
     boxes = torch.tensor([[0, 0, 10, 10], [1, 1, 11, 11], [20, 20, 30, 30], [0, 0, 10, 10.5]], dtype=torch.float32)
     scores = torch.tensor([0.9, 0.8, 0.7, 0.95])
@@ -469,12 +469,20 @@ def level_l4(out: _Out, opts: dict) -> None:
             out.error(f"{name}: {_exc(exc)}")
 
 
+def _load_by_path(name: str, path: str | os.PathLike[str]):
+    """A module from a file (mmstack itself need not be importable in the child)."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def _l4_complete(out: _Out, dev: str, tv) -> None:
     """Every op mmcv.ops exports (its __all__ read now), once: _ladder_ops.py, loaded by path."""
     out.step("load _ladder_ops.py")
-    spec = importlib.util.spec_from_file_location("_mmstack_ladder_ops", OPS_FILE)
-    ops = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ops)
+    ops = _load_by_path("_mmstack_ladder_ops", OPS_FILE)
     out.step("import mmcv.ops")
     names = ops.exported_names()
     todo, unknown, owner = ops.plan(names)
@@ -543,9 +551,7 @@ def level_l5_detector(out: _Out, opts: dict) -> None:
     only the stdlib until called.
     """
     out.step("load train_detector.py")
-    spec = importlib.util.spec_from_file_location("_mmstack_train_detector", opts["module"])
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = _load_by_path("_mmstack_train_detector", opts["module"])
     import torch
 
     dev = _device(opts)
@@ -614,7 +620,7 @@ def run_parts(out: _Out, opts: dict) -> None:
         ok = True
         try:
             LEVELS[part](out, {**opts.get("common", {}), **opts.get("part_opts", {}).get(part, {})})
-        except BaseException as exc:  # noqa: BLE001 - report, do not crash the reporter
+        except BaseException as exc:
             ok = False
             out.put(error=_exc(exc), traceback=traceback.format_exc(limit=8))
             if isinstance(exc, KeyboardInterrupt):

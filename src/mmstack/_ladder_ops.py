@@ -30,7 +30,7 @@ class Mismatch(AssertionError):
     pass
 
 
-class Skip(Exception):  # noqa: N818 - a reason, not an error
+class Skip(Exception):
     pass
 
 
@@ -273,7 +273,7 @@ def c_batched_nms(c):
     boxes = torch.tensor([[0, 0, 10, 10], [0, 0, 10, 10], [1, 1, 10, 10]], dtype=torch.float32)
     scores = torch.tensor([0.9, 0.8, 0.7])
     idxs = torch.tensor([0, 1, 0])
-    dets, keep = c.run(batched_nms, boxes, scores, idxs, {"iou_threshold": 0.5})
+    _dets, keep = c.run(batched_nms, boxes, scores, idxs, {"iou_threshold": 0.5})
     c.exact("batched_nms", keep.cpu(), [0, 1], "known-values")
 
 
@@ -296,7 +296,7 @@ def c_nms_match(c):
     torch = c.torch
     dets = torch.tensor([[0, 0, 10, 10, 0.9], [1, 1, 11, 11, 0.8], [20, 20, 30, 30, 0.7]], dtype=torch.float32)
     groups = c.run(nms_match, dets, 0.5)
-    c.exact("nms_match", [sorted(g.tolist()) for g in groups][0] + [-1] + sorted(groups[1].tolist()), [0, 1, -1, 2],
+    c.exact("nms_match", [*sorted(groups[0].tolist()), -1, *sorted(groups[1].tolist())], [0, 1, -1, 2],
             "known-values")
 
 
@@ -569,9 +569,20 @@ def c_conv2d_gradfix(c):
 
 
 def c_sparse_conv(c):
-    from mmcv.ops import (SparseConv2d, SparseConv3d, SparseConvTensor, SparseConvTranspose2d, SparseConvTranspose3d,
-                          SparseInverseConv2d, SparseInverseConv3d, SparseMaxPool2d, SparseMaxPool3d, SparseSequential,
-                          SubMConv2d, SubMConv3d)
+    from mmcv.ops import (
+        SparseConv2d,
+        SparseConv3d,
+        SparseConvTensor,
+        SparseConvTranspose2d,
+        SparseConvTranspose3d,
+        SparseInverseConv2d,
+        SparseInverseConv3d,
+        SparseMaxPool2d,
+        SparseMaxPool3d,
+        SparseSequential,
+        SubMConv2d,
+        SubMConv3d,
+    )
 
     torch = c.torch
     f = torch.nn.functional
@@ -583,7 +594,8 @@ def c_sparse_conv(c):
         feats = c.rand(len(coords), 3, lo=0.1, hi=1.0)
         dense = torch.zeros(1, 3, *shape)
         dense[(indices[:, 0].long(), slice(None), *indices[:, 1:].long().t())] = feats
-        sp = lambda: SparseConvTensor(feats.to(c.dev), indices.to(c.dev), shape, 1)  # noqa: E731
+        sp = lambda feats=feats, indices=indices, shape=shape: SparseConvTensor(  # noqa: E731
+            feats.to(c.dev), indices.to(c.dev), shape, 1)
         # a kernel equal at every tap: each output is (sum of its active neighbours) @ W, flip-free
         W = c.rand(3, 2, lo=-0.5, hi=0.5)
         conv_d = getattr(f, f"conv{dims}d")
@@ -1000,7 +1012,7 @@ def c_chamfer_distance(c):
 
     torch = c.torch
     a, b = c.rand(2, 6, 2), c.rand(2, 9, 2)
-    d1, d2, i1, i2 = c.run(chamfer_distance, a, b)
+    d1, d2, i1, _i2 = c.run(chamfer_distance, a, b)
     dd = _cdist2(torch, a, b)
     c.close("chamfer_distance", d1, dd.min(2)[0], "torch", atol=1e-5)
     c.close("chamfer_distance", d2, dd.min(1)[0], "torch", atol=1e-5)
@@ -1015,7 +1027,7 @@ def c_voxelization(c):
     size, rng = [1.0, 1.0, 1.0], [0.0, 0.0, 0.0, 4.0, 4.0, 4.0]
     coors = c.run(voxelization, pts, size, rng, -1, -1).cpu()  # dynamic: one (z, y, x) per point
     c.exact("voxelization(dynamic)", coors, pts[:, :3].floor().long().flip(1), "torch")
-    voxels, vcoors, counts = c.run(Voxelization(size, rng, 5, 100), pts)
+    _voxels, vcoors, counts = c.run(Voxelization(size, rng, 5, 100), pts)
     counts, vcoors = counts.cpu(), vcoors.cpu()
     # every point lands in its voxel (up to 5 per voxel), voxels in order of first appearance
     first = []
@@ -1128,7 +1140,7 @@ def c_pixel_group(c):
     want = [[0.0, 0.0]]
     for lab in (1, 2):
         ys, xs = (label == lab).nonzero(as_tuple=True)
-        want.append([float(score[label == lab].mean()), float(len(xs))] + [float(v) for p in zip(xs, ys) for v in p])
+        want.append([float(score[label == lab].mean()), float(len(xs))] + [float(v) for p in zip(xs, ys, strict=False) for v in p])
     if [len(g) for g in out] != [len(g) for g in want]:
         raise Mismatch(f"pixel_group vs known-values: group sizes {[len(g) for g in out]} != {[len(g) for g in want]}")
     c.close("pixel_group", [v for g in out for v in g], [v for g in want for v in g], "known-values", atol=1e-5)
@@ -1247,7 +1259,7 @@ def run_check(op: str, cuda_only: bool, fn, dev: str, tv) -> dict:
     """One op's record: op, device, reference(s), status, max_error, reason."""
     import torch
 
-    rec = {"op": op, "device": dev, "reason": None}
+    rec: dict[str, object] = {"op": op, "device": dev, "reason": None}
     if cuda_only and dev == "cpu":
         rec.update(status="skip", reference=None, references=[], max_error=None,
                    reason="CUDA-only: mmcv has no CPU kernel for it")

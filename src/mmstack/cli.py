@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -27,9 +26,9 @@ JSON = typer.Option(False, "--json", help="Machine-readable output for CI.")
 
 
 @app.command()
-def gpus(name: Optional[str] = typer.Argument(None, help="A GPU name or alias, e.g. 'RTX 4090' (as nvidia-smi prints it)."),
-         arch: Optional[str] = typer.Option(None, "--arch", help="Only GPUs of this compute capability or major: 8.6, sm_86, 8 (or 8.x)."),
-         env: Optional[str] = typer.Option(None, "--env", help="Only GPUs this environment runs (natively or not), or 'none'."),
+def gpus(name: str | None = typer.Argument(None, help="A GPU name or alias, e.g. 'RTX 4090' (as nvidia-smi prints it)."),
+         arch: str | None = typer.Option(None, "--arch", help="Only GPUs of this compute capability or major: 8.6, sm_86, 8 (or 8.x)."),
+         env: str | None = typer.Option(None, "--env", help="Only GPUs this environment runs (natively or not), or 'none'."),
          json: bool = JSON) -> None:
     """Known GPUs: compute capability, first CUDA, the environment that serves each (or none); or one GPU's facts."""
     from .commands.facts_cmds import run_gpus
@@ -39,11 +38,11 @@ def gpus(name: Optional[str] = typer.Argument(None, help="A GPU name or alias, e
 
 @arch_app.command("check")
 def arch_check(
-    gpu: Optional[str] = typer.Option(None, "--gpu", help="GPU name, e.g. 'RTX 5090' or 'NVIDIA A100-SXM4-80GB'."),
-    cc: Optional[str] = typer.Option(None, "--cc", help="The GPU's compute capability (8.6 or sm_86), for a name the facts lack."),
-    arch_list: Optional[str] = typer.Option(None, "--arch-list", help="e.g. '8.9;9.0+PTX', 'sm_90', a -gencode flag."),
-    package: Optional[Path] = typer.Option(None, "--package", help="A .whl, .conda, .tar.bz2 or .so: read its SASS/PTX instead of --arch-list."),
-    cuda: Optional[str] = typer.Option(None, "--cuda", help="CUDA toolkit that builds it, e.g. 12.8 (with --arch-list)."),
+    gpu: str | None = typer.Option(None, "--gpu", help="GPU name, e.g. 'RTX 5090' or 'NVIDIA A100-SXM4-80GB'."),
+    cc: str | None = typer.Option(None, "--cc", help="The GPU's compute capability (8.6 or sm_86), for a name the facts lack."),
+    arch_list: str | None = typer.Option(None, "--arch-list", help="e.g. '8.9;9.0+PTX', 'sm_90', a -gencode flag."),
+    package: Path | None = typer.Option(None, "--package", help="A .whl, .conda, .tar.bz2 or .so: read its SASS/PTX instead of --arch-list."),
+    cuda: str | None = typer.Option(None, "--cuda", help="CUDA toolkit that builds it, e.g. 12.8 (with --arch-list)."),
     json: bool = JSON,
 ) -> None:
     """Will a build (an arch list, or a package's CUDA code) run on GPU? Exit 0 runs (warnings for JIT/lower minor), 1 not."""
@@ -74,13 +73,13 @@ def check(root: Path = typer.Option(Path("."), "--root", help="Repository root."
 
 @app.command()
 def verify(
-    levels: Optional[str] = typer.Option(None, "--levels", help="Comma-separated, e.g. L1,L3,L4 (default: all)."),
+    levels: str | None = typer.Option(None, "--levels", help="Comma-separated, e.g. L1,L3,L4 (default: all)."),
     json: bool = JSON,
     expect_gpu: bool = typer.Option(False, "--expect-gpu", help="No usable GPU is a FAIL, not a SKIP."),
-    python: Optional[str] = typer.Option(None, "--python", help="Verify another environment's interpreter."),
+    python: str | None = typer.Option(None, "--python", help="Verify another environment's interpreter."),
     timeout: float = typer.Option(300.0, "--timeout", min=0.1, help="Seconds each level (each part of one) may take."),
-    model: Optional[str] = typer.Option(None, "--model", help="L5 also trains mmdet detectors: faster-rcnn, faster-rcnn-mdconv, faster-rcnn-dconv (comma-separated)."),
-    nproc: Optional[int] = typer.Option(None, "--nproc", help="L5 also runs the step under torchrun with N ranks (NCCL on N GPUs, else gloo)."),
+    model: str | None = typer.Option(None, "--model", help="L5 also trains mmdet detectors: faster-rcnn, faster-rcnn-mdconv, faster-rcnn-dconv (comma-separated)."),
+    nproc: int | None = typer.Option(None, "--nproc", help="L5 also runs the step under torchrun with N ranks (NCCL on N GPUs, else gloo)."),
     l4: str = typer.Option("quick", "--l4", help="L4 mode: quick (5 ops) or complete (every op mmcv.ops exports, each compared with the CPU kernel, torch/torchvision or known values, or listed as run-only)."),
 ) -> None:
     """The L1..L5 ladder (import, CUDA, ops load, ops run, train) in one child process; a crash costs a fresh one."""
@@ -92,7 +91,7 @@ def verify(
 
 @app.command()
 def fatbin(path: Path = typer.Argument(..., help="An .so, .whl, .conda or .tar.bz2."),
-           expect: Optional[str] = typer.Option(None, "--expect", help="Exit 1 unless the archs equal this list, e.g. '8.9' or '9.0;12.0+PTX'."),
+           expect: str | None = typer.Option(None, "--expect", help="Exit 1 unless the archs equal this list, e.g. '8.9' or '9.0;12.0+PTX'."),
            json: bool = JSON) -> None:
     """SASS and PTX archs inside a shared object or a package holding some."""
     from .commands.ladder_cmds import run_fatbin
@@ -118,11 +117,11 @@ def detect(json: bool = JSON) -> None:
 
 @app.command()
 def build(
-    env: Optional[str] = typer.Option(None, "--env", help="Build the variants this environment takes (see `matrix`)."),
+    env: str | None = typer.Option(None, "--env", help="Build the variants this environment takes (see `matrix`)."),
     all_: bool = typer.Option(False, "--all", help="Build every variant of the matrix."),
     channel: Path = typer.Option(Path("channel"), "--channel", help="Local channel directory (created if missing)."),
-    recipe: Optional[list[str]] = typer.Option(None, "--recipe", help="Recipe name under recipes/ or a directory (repeatable; default: mmstack, mmcv, mmdet)."),
-    source_channel: Optional[list[str]] = typer.Option(None, "--source-channel", help="Where dependencies come from (repeatable; default: conda-forge)."),
+    recipe: list[str] | None = typer.Option(None, "--recipe", help="Recipe name under recipes/ or a directory (repeatable; default: mmstack, mmcv, mmdet)."),
+    source_channel: list[str] | None = typer.Option(None, "--source-channel", help="Where dependencies come from (repeatable; default: conda-forge)."),
     no_test: bool = typer.Option(False, "--no-test", help="Skip the recipes' test sections (L1-L4 in the sandbox)."),
     root: Path = typer.Option(Path("."), "--root", help="Repository root (recipes/, conda_build_config.yaml)."),
     json: bool = JSON,
@@ -172,8 +171,8 @@ ROOT_OPT = typer.Option(Path("."), "--root", help="Repository root (pixi.toml, c
 @lock_app.callback(invoke_without_command=True)
 def lock(
     ctx: typer.Context,
-    env: Optional[list[str]] = ENV_OPT,
-    channel: Optional[list[str]] = CHANNEL_OPT,
+    env: list[str] | None = ENV_OPT,
+    channel: list[str] | None = CHANNEL_OPT,
     root: Path = ROOT_OPT,
     yml_only: bool = typer.Option(False, "--yml-only", help="Only (re)write envs/<env>.yml from pixi.toml; no solve."),
 ) -> None:
@@ -187,8 +186,8 @@ def lock(
 
 @lock_app.command("check")
 def lock_check(
-    env: Optional[list[str]] = ENV_OPT,
-    channel: Optional[list[str]] = CHANNEL_OPT,
+    env: list[str] | None = ENV_OPT,
+    channel: list[str] | None = CHANNEL_OPT,
     root: Path = ROOT_OPT,
     require_lock: bool = typer.Option(False, "--require-lock", help="No pixi.lock is a failure (for a tree that commits its lock)."),
 ) -> None:

@@ -26,7 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -98,7 +98,7 @@ class ChildRun:
 
     def failure(self) -> dict:
         """What went wrong, for the evidence."""
-        info = {"step": self.step}
+        info: dict[str, object] = {"step": self.step}
         if self.timed_out:
             info["timed_out"] = True
         elif self.signal:
@@ -351,7 +351,7 @@ class _Ladder:
         # thread as soon as the child names the file, so it overlaps the child's later levels.
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mmstack-ext")
         self._ext: dict = {}
-        self._warm = None
+        self._warm: Future[None] | None = None
 
     def saw(self, record: dict) -> None:
         """A journal record, as the child writes it: start reading the ext it names."""
@@ -599,7 +599,8 @@ def libstdcxx_linkage(path: str | None) -> str | None:
             needed, locale = [], False
             for sec in elf.iter_sections():
                 if isinstance(sec, DynamicSection):
-                    needed += [t.needed for t in sec.iter_tags() if t.entry.d_tag == "DT_NEEDED"]
+                    needed += [t.needed for t in sec.iter_tags()  # type: ignore[attr-defined]  # set at runtime by pyelftools
+                               if t.entry.d_tag == "DT_NEEDED"]
                 elif isinstance(sec, SymbolTableSection) and sec.name == ".dynsym":
                     locale = any(sym.name.startswith(("_ZNSt6locale", "_ZNKSt6locale")) and sym["st_shndx"] != "SHN_UNDEF"
                                  for sym in sec.iter_symbols())
@@ -695,7 +696,8 @@ def decide_cuda(ev: dict, listing: dict, *, expect_gpu: bool) -> tuple[str, str,
     from .arch import Coverage
     from .compat import coverage_message, ext_coverage
 
-    notes, problems = [], []
+    notes: list[str] = []
+    problems: list[str] = []
     for dev in ev.get("devices") or []:
         cov = ext_coverage(dev["compute_capability"], sass, ptx)
         dev["coverage"] = cov.coverage.value
@@ -747,8 +749,8 @@ def run_ladder(*, levels=LEVELS, python: str | None = None, timeout: float = DEF
         return None
 
     parts = [p for lv in LEVELS if lv in wanted for p in PARTS[lv] if p != "L5-detector" or models]
-    needs = {p: list(PARTS[prerequisite(p.split("-")[0])]) for p in parts if prerequisite(p.split("-")[0])}
-    part_opts = {"L4": {"l4": l4}}
+    needs = {p: list(PARTS[need]) for p in parts if (need := prerequisite(p.split("-")[0]))}
+    part_opts: dict[str, dict[str, object]] = {"L4": {"l4": l4}}
     if models:
         part_opts["L5-detector"] = {"module": str(DETECTOR_MODULE), "models": list(models)}
     runs, children = run_parts(parts, python=python, timeout=timeout, env=env,

@@ -10,7 +10,7 @@ version = types.SimpleNamespace(cuda="12.4")
 _C = types.SimpleNamespace(_GLIBCXX_USE_CXX11_ABI=True)
 
 
-class cuda:  # noqa: N801 - torch.cuda's spelling
+class cuda:
     @staticmethod
     def is_available():
         if os.environ.get("MMSTACK_FAULT") == "hang":
