@@ -1,11 +1,11 @@
 """Which GPU generations third-party CUDA packages run on: measure once, render docs/gpus.md from it.
 
     python benchmarks/package_coverage.py measure WHEEL... -o benchmarks/results/cpu-dev/package_coverage.json
-    python benchmarks/package_coverage.py docs -i benchmarks/results/cpu-dev/package_coverage.json -o docs/gpus.md
+    python benchmarks/render_docs.py      # renders docs/gpus.md from that JSON (with every other doc)
 
 `measure` reads each package with mmstack.fatbin (the one fatbin reader: every CUDA object's SASS
 and PTX archs, loaded section only) and records them with the file's size, sha256 and the seconds
-the read took. `docs` derives, for every compute capability in the facts, how each package runs
+the read took. `render` (called by benchmarks/render_docs.py, the one docs renderer) derives, for every compute capability in the facts, how each package runs
 there (native, lower-minor SASS, PTX JIT, or not at all: the weakest CUDA object decides) with
 mmstack.arch.coverage, the same rules `mmstack arch check --package` applies. Nothing in the docs
 is typed by hand.
@@ -142,15 +142,9 @@ def main(argv: list[str] | None = None) -> int:
     m = sub.add_parser("measure")
     m.add_argument("paths", nargs="+", type=Path)
     m.add_argument("-o", "--output", type=Path, required=True)
-    d = sub.add_parser("docs")
-    d.add_argument("-i", "--input", type=Path, required=True)
-    d.add_argument("-o", "--output", type=Path, required=True)
     args = ap.parse_args(argv)
-    if args.cmd == "measure":
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(json.dumps(measure(args.paths), indent=2) + "\n")
-    else:
-        args.output.write_text(render(json.loads(args.input.read_text())))
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(measure(args.paths), indent=2) + "\n")
     return 0
 
 

@@ -342,13 +342,31 @@ def render_text(text: str, where: str = "doc") -> str:
     return _VALUE.sub(value, _TABLE.sub(table, text))
 
 
+def _gpus_md() -> str:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import package_coverage  # the facts-derived coverage tables (needs mmstack importable)
+
+    return package_coverage.render(load("cpu-dev/package_coverage.json"))  # type: ignore[arg-type]
+
+
+# Docs generated whole (no hand-written prose between markers): file name -> its render.
+WHOLE: dict[str, Callable[[], str]] = {"gpus.md": _gpus_md}
+
+
 def docs(root: Path = DOCS) -> list[Path]:
     return sorted(root.glob("*.md"))
 
 
+def rendered(path: Path) -> str:
+    """What `path` should hold: its whole render, or its text with the marked parts rendered."""
+    if path.name in WHOLE and path.parent == DOCS:
+        return WHOLE[path.name]()
+    return render_text(path.read_text(), str(path))
+
+
 def stale(root: Path = DOCS) -> list[Path]:
     """The docs whose generated parts differ from what the results give."""
-    return [p for p in docs(root) if render_text(p.read_text(), str(p)) != p.read_text()]
+    return [p for p in docs(root) if rendered(p) != p.read_text()]
 
 
 def unused(root: Path = DOCS) -> list[str]:
@@ -371,7 +389,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1 if bad else 0
         for p in docs():
             text = p.read_text()
-            new = render_text(text, str(p))
+            new = rendered(p)
             if new != text:
                 p.write_text(new)
                 print(f"{p.relative_to(ROOT)}: rendered")
