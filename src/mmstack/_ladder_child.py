@@ -488,14 +488,22 @@ def _l4_complete(out: _Out, dev: str, tv) -> None:
     todo, unknown, owner = ops.plan(names)
     out.evidence(exported=len(names), exports=owner, unchecked_exports=unknown)
     records = []
+    lost_to = None  # the op whose CUDA error poisoned this process's CUDA context
     for op, _names, cuda_only, fn in todo:
         out.step(op)
-        rec = ops.run_check(op, cuda_only, fn, dev, tv)
+        if lost_to and dev != "cpu":
+            rec = {"op": op, "device": dev, "status": "skip", "reference": None, "references": [],
+                   "max_error": None, "reason": f"not run: the CUDA context was lost to {lost_to}'s CUDA error "
+                   "(sticky for the process)"}
+        else:
+            rec = ops.run_check(op, cuda_only, fn, dev, tv)
         rec["exports"] = [n for n in _names if n in owner]
         records.append(rec)
         out.evidence(ops=records)
         if rec["status"] == "fail":
             out.error(f"{op}: {rec['reason']}")
+            if ops.is_sticky_cuda_error(rec):
+                lost_to = lost_to or op
     for name in unknown:  # exported, but mmstack has no check for it: listed, never counted as passed
         records.append({"op": name, "exports": [name], "device": dev, "status": "skip", "reference": None,
                         "references": [], "max_error": None, "reason": "no check for this export in mmstack"})

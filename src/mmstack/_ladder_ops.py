@@ -61,7 +61,10 @@ class Ctx:
         """Run on the device under test (or `device`); note where it ran."""
         dev = device or self.dev
         self.ran_on.add(dev)
+        # keyword tensors too: a CPU tensor handed to a CUDA kernel (e.g. torchvision's
+        # deform_conv2d `mask=`) is an illegal memory access on the GPU, not an error message
         args = tuple(a.to(dev) if hasattr(a, "device") else a for a in args)
+        kw = {k: v.to(dev) if hasattr(v, "device") else v for k, v in kw.items()}
         return fn(*args, **kw)
 
     # comparisons -------------------------------------------------------------------------------
@@ -1283,6 +1286,12 @@ def run_check(op: str, cuda_only: bool, fn, dev: str, tv) -> dict:
     if c.ran_on and dev not in c.ran_on:
         rec["device"] = sorted(c.ran_on)[0]  # an op mmcv runs on the CPU only (soft_nms, contour_expand, ...)
     return rec
+
+
+def is_sticky_cuda_error(rec: dict) -> bool:
+    """A failure that poisons the CUDA context: every later CUDA call in this process fails too."""
+    reason = str(rec.get("reason") or "")
+    return rec.get("status") == "fail" and ("AcceleratorError" in reason or "CUDA error:" in reason)
 
 
 def exported_names() -> list[str]:
