@@ -27,7 +27,7 @@ RECIPE_FILE = "recipe.yaml"
 # The recipes `mmstack build` builds, in order: mmcv's tests run `mmstack verify` and mmdet's
 # `python -m mmstack.train_detector` on the mmcv just built, so mmstack goes first, mmdet last.
 STACK = ("mmstack", "mmcv", "mmdet")
-# Variant keys that pick a build (the rest, like c_stdlib, are the same for every row).
+# Variant keys that pick a build (the rest follow: c_stdlib_version is zipped with cuda_compiler_version).
 SELECT_KEYS = ("python", "pytorch", "cuda_compiler_version", "mmcv_arch_list", "arch_tag")
 Progress = Callable[[str], None]
 
