@@ -317,3 +317,42 @@ def test_check_recipes_names_the_recipe_when_build_strings_collide(tmp_path):
     with pytest.raises(CheckFailed) as err:
         check_recipes(tmp_path)
     assert "recipes/mmcv/recipe.yaml" in err.value.one_line() and "expected 1" in err.value.one_line()
+
+
+# ---- build.sh: a fat build takes pytorch's arch list, or stops -----------------------------
+
+FAT_12_9 = "5.0;6.0;7.0;7.5;8.0;8.6;9.0;10.0;12.0+PTX"
+
+
+def _build_sh(tmp_path, **env) -> "subprocess.CompletedProcess[str]":
+    """build.sh up to its variant checks: PYTHON=false makes it stop at the first python call after."""
+    import subprocess
+
+    base = {"PATH": "/usr/bin:/bin", "CONDA_BUILD": "1", "cuda_compiler_version": "12.9",
+            "MMSTACK_ARCH_TAG": "all", "MMSTACK_ARCH_LIST": FAT_12_9, "PYTHON": "false", "SRC_DIR": str(tmp_path)}
+    env = {k: v for k, v in {**base, **env}.items() if v is not None}
+    return subprocess.run(["bash", str(MMCV / "build.sh")], env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_fat_build_takes_pytorchs_arch_list(tmp_path):
+    run = _build_sh(tmp_path, CF_TORCH_CUDA_ARCH_LIST=FAT_12_9)
+    assert f"TORCH_CUDA_ARCH_LIST={FAT_12_9}" in run.stdout + run.stderr
+    assert "ERROR" not in run.stderr
+
+
+def test_fat_build_stops_when_pytorchs_arch_list_differs_from_the_matrix_row(tmp_path):
+    run = _build_sh(tmp_path, CF_TORCH_CUDA_ARCH_LIST="7.5;8.0;8.6;9.0;10.0;11.0;12.0+PTX")
+    assert run.returncode == 1
+    assert "pytorch was built for CF_TORCH_CUDA_ARCH_LIST='7.5;8.0;8.6;9.0;10.0;11.0;12.0+PTX'" in run.stderr
+    assert "mmcv_arch_list row" in run.stderr and "TORCH_CUDA_ARCH_LIST=" not in run.stdout
+
+
+def test_fat_build_stops_without_pytorchs_activation(tmp_path):
+    run = _build_sh(tmp_path, CF_TORCH_CUDA_ARCH_LIST=None)
+    assert run.returncode == 1 and "CF_TORCH_CUDA_ARCH_LIST is not set" in run.stderr
+
+
+def test_single_generation_build_keeps_its_own_arch_list(tmp_path):
+    """sm89 is a per-generation row: pytorch's fat list must not replace it."""
+    run = _build_sh(tmp_path, MMSTACK_ARCH_TAG="sm89", MMSTACK_ARCH_LIST="8.9", CF_TORCH_CUDA_ARCH_LIST=FAT_12_9)
+    assert "TORCH_CUDA_ARCH_LIST=8.9" in run.stdout + run.stderr and "ERROR" not in run.stderr
