@@ -518,6 +518,10 @@ def c_sa_conv2d(c):
     if c.cuda:
         c.close("SAConv2d", out, c.run(mod.cpu(), x, device="cpu"), "cpu-kernel", atol=1e-4)
     _finite(out)
+    # its offset convs start at zero: the deformable form equals the plain (torch conv) form
+    plain = SAConv2d(4, 4, 3, padding=1, use_deform=False).eval()
+    plain.load_state_dict({k: v for k, v in mod.state_dict().items() if not k.startswith("offset_")})
+    c.close("SAConv2d", c.run(mod.to(c.dev), x), c.run(plain.to(c.dev), x), "torch", atol=1e-4)
 
 
 def c_masked_conv2d(c):
@@ -729,6 +733,21 @@ def c_ms_deform_attn(c):
     if c.cuda:  # on the CPU mmcv falls back to its pure-torch multi_scale_deformable_attn_pytorch
         c.close("MultiScaleDeformableAttention", out, c.run(mod.cpu(), query, device="cpu", **args), "torch", atol=1e-4)
     _finite(out)
+    # no offsets and equal attention: the mean over levels of the value sampled at the reference point
+    with torch.no_grad():
+        for lin in (mod.sampling_offsets, mod.attention_weights):
+            lin.weight.zero_()
+            lin.bias.zero_()
+        mod = mod.cpu()
+        v = mod.value_proj(value)
+        mean = 0
+        for lvl, (h, w) in enumerate(shapes.tolist()):
+            grid = v[:, int(start[lvl]): int(start[lvl]) + h * w].view(1, h, w, 8).permute(0, 3, 1, 2)
+            at = ref[:, :, lvl].view(1, 3, 1, 2) * 2 - 1
+            mean = mean + torch.nn.functional.grid_sample(grid, at, align_corners=False)[..., 0].transpose(1, 2) / 2
+        want = mod.output_proj(mean) + query
+        got = c.run(mod.to(c.dev), query, **{k: c.d(v) for k, v in args.items()})
+    c.close("MultiScaleDeformableAttention", got, want, "torch", atol=1e-5)
 
 
 def c_sync_bn(c):
@@ -1064,18 +1083,32 @@ def c_rotated_feature_align(c):
 
     torch = c.torch
     feat = c.rand(1, 3, 6, 6)
+    # each pixel's box (y, x, w, h, a) sits on the pixel itself (coordinates scaled by 1/2): every
+    # sampling point is that pixel, so the output is the input plus 1 (points=1) or 5 (points=5) copies
+    yy, xx = torch.meshgrid(torch.arange(6.0), torch.arange(6.0), indexing="ij")
+    on_self = torch.stack([yy * 2, xx * 2, torch.zeros(6, 6), torch.zeros(6, 6), c.rand(6, 6)], -1)[None]
+    c.close("rotated_feature_align", c.run(rotated_feature_align, feat, on_self, 0.5, 1), feat * 2, "known-values")
+    c.close("rotated_feature_align", c.run(rotated_feature_align, feat, on_self, 0.5, 5), feat * 6, "known-values",
+            atol=1e-5)
     rb = torch.cat([c.rand(1, 6, 6, 2, lo=1, hi=5), c.rand(1, 6, 6, 2, lo=1, hi=3), c.rand(1, 6, 6, 1, hi=1)], 3)
-    _finite(c.run(rotated_feature_align, feat, rb, 1.0, 1))
-    c.vs_cpu("rotated_feature_align", rotated_feature_align, feat, rb, 1.0, 1)
+    _finite(c.run(rotated_feature_align, feat, rb, 1.0, 5))
+    c.vs_cpu("rotated_feature_align", rotated_feature_align, feat, rb, 1.0, 5)
 
 
 def c_active_rotated_filter(c):
     from mmcv.ops import active_rotated_filter
 
     torch = c.torch
-    w = c.rand(4, 2, 8, 3, 3)  # (out, in, orientations, k, k)
-    idx = torch.randint(1, 8 * 9 + 1, (8, 3, 3, 8), generator=c.gen, dtype=torch.int32)
-    _finite(c.run(active_rotated_filter, w, idx))
+    O, I, nO, k, R = 4, 2, 8, 3, 8  # noqa: E741
+    n = nO * k * k
+    w = c.rand(O, I, nO, k, k)
+    # indices (nO, k, k, R), 1-based: for rotation r, entry l of the filter goes to place perm_r[l]
+    perms = torch.stack([torch.randperm(n, generator=c.gen) for _ in range(R)], 1)
+    idx = (perms + 1).int().view(nO, k, k, R)
+    want = torch.zeros(O, R, I, n)
+    for r in range(R):
+        want[:, r, :, perms[:, r]] = w.view(O, I, n)
+    c.close("active_rotated_filter", c.run(active_rotated_filter, w, idx), want.view(O * R, I * nO, k, k), "torch")
     c.vs_cpu("active_rotated_filter", active_rotated_filter, w, idx)
 
 
