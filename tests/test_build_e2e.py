@@ -1,10 +1,13 @@
 """The real mmcv recipe, CPU variant, built by the real rattler-build engine, offline.
 
-Dependencies come from the bootstrap channel (tests/support/bootstrap.py: this machine's CPython,
-PyPI wheels repacked under conda-forge's names, stub compiler packages), the sdist from a local
-copy checked against the recipe's sha256. The recipe's own tests run inside the build (import
-mmcv.ops, the _ext file, `mmstack verify`), then mmcv is installed from the channel into a fresh
-prefix with py-rattler and its ops are run there.
+Dependencies come from the bootstrap channel (tests/support/bootstrap.py: STAND-INS for
+conda-forge: this machine's CPython, PyPI wheels repacked under conda-forge's names, stub compiler
+packages), the sdist from a local copy checked against the recipe's sha256. The recipe's own tests
+run inside the build (import mmcv.ops, pip check, the _ext file, `mmstack verify` with L4's
+complete mode), then mmcv is installed from the channel into a fresh prefix with py-rattler and
+its ops are run there. The stand-in channel has no torchvision (bootstrap.py says why): the build
+runs with MMSTACK_NO_TORCHVISION=1, so L4 compares against the CPU kernels and torch only, and the
+build summary records that.
 
 Slow: ~2 min for the bootstrap channel and 12-20 min for mmcv on 2 cores, both cached under
 ~/.cache/mmstack-tests (keyed on the recipe, patches, build.sh, variant config and the mmstack
@@ -87,6 +90,7 @@ def built_channel(bootstrap_channel: Path) -> dict:
         recipes = [offline.offline_recipe_for(name, ROOT / "recipes" / name, work / "recipes" / name)
                    for name in ("mmcv", "mmdet")]
         started = time.monotonic()
+        os.environ[bootstrap.NO_TORCHVISION_ENV] = "1"  # read when the recipe renders its tests
         # as `mmstack build --env cpu` does it (mmstack first: the others' tests run `mmstack verify`
         # and `python -m mmstack.train_detector`), for the one python the bootstrap channel has
         built = build.run_stack_build(root=ROOT, channel_dir=ch, env="cpu", select={"python": "3.11"},
@@ -94,6 +98,8 @@ def built_channel(bootstrap_channel: Path) -> dict:
                                       overrides=_compiler_overrides(), extra_channels=[bootstrap_channel],
                                       progress=_say, work_dir=work)
         summary = {
+            "stand_in": f"built against {bootstrap_channel.name} (tests/support/bootstrap.py stand-ins for "
+                        "conda-forge), without torchvision in the recipe's test environment",
             "seconds": round(time.monotonic() - started),
             "packages": [p.as_dict() | {"size": p.path.stat().st_size} for p in built],
         }
@@ -105,6 +111,7 @@ def built_channel(bootstrap_channel: Path) -> dict:
         except OSError:  # a concurrent run cached it first
             pass
     finally:
+        os.environ.pop(bootstrap.NO_TORCHVISION_ENV, None)
         shutil.rmtree(work, ignore_errors=True)
     return {**summary, "channel": cache, "cached": False}
 
@@ -117,7 +124,11 @@ def test_cpu_variant_builds_with_its_tests_into_the_channel(built_channel):
     assert (ch / mmcv[0]["path"]).is_file()
     repodata = json.loads((ch / "linux-64" / "repodata.json").read_text())
     (record,) = [r for r in repodata["packages.conda"].values() if r["name"] == "mmcv"]
-    assert "pytorch 2.13.* cpu*" in record["depends"]
+    # conda-forge's idiom: the run pin comes from pytorch's run_exports, the build type from
+    # run_constrained; the sysroot 2.17 stand-in's run-export says which glibc it needs
+    assert "pytorch >=2.13.0,<2.14.0a0" in record["depends"], record["depends"]
+    assert "pytorch * cpu*" in record["constrains"], record.get("constrains")
+    assert "__glibc >=2.17,<3.0.a0" in record["depends"]
     assert not any(d.startswith("__cuda") for d in record["depends"])
     _say(f"mmcv {mmcv[0]['build_string']}: {mmcv[0]['size'] / 1e6:.1f} MB, built and tested in "
          f"{mmcv[0]['seconds']:.0f}s{' (cached)' if built_channel['cached'] else ''}")
@@ -131,6 +142,51 @@ def test_the_package_holds_the_compiled_ops(built_channel):
     ext = [f for f in pkg.files if "/site-packages/mmcv/_ext." in f and f.endswith(".so")]
     assert ext, "mmcv/_ext*.so is missing from the package"
     assert pkg.tests, "the recipe's tests travel inside the package"
+
+
+def _json_document(lines: list[str]) -> dict:
+    """The first top-level JSON object printed in a test's output (`mmstack verify --json`)."""
+    start = next(i for i, line in enumerate(lines) if line.strip() == "{")
+    depth = 0
+    for end in range(start, len(lines)):
+        depth += lines[end].count("{") - lines[end].count("}")
+        if depth == 0:
+            return json.loads("\n".join(lines[start:end + 1]))
+    raise AssertionError("no complete JSON object in the test output")
+
+
+def test_the_packaged_recipe_tests_pass_pip_check_and_run_l4_complete(built_channel, bootstrap_channel):
+    """The tests mmcv's package carries, run again as `rattler-build test` would, with their output
+    read: pip check passed, and the ladder ran L4 in complete mode over every export of mmcv.ops
+    (torchvision is absent from the stand-in channel, and the JSON says so)."""
+    from rattler_build import Package
+
+    (mmcv,) = [p for p in built_channel["packages"] if p["name"] == "mmcv"]
+    pkg = Package.from_file(built_channel["channel"] / mmcv["path"])
+    channels = [Path(built_channel["channel"]).as_uri(), bootstrap_channel.as_uri()]
+    (python,) = [t for t in pkg.tests if type(t).__name__ == "PythonTest"]
+    assert python.pip_check is True
+    result = pkg.run_test(python.index, channel=channels)
+    out = [str(line) for line in result.output]
+    assert result.success and "No broken requirements found." in out, out[-20:]
+
+    (ladder,) = [t for t in pkg.tests if "mmstack verify" in str(t.to_dict().get("script"))]
+    assert "--l4 complete" in str(ladder.to_dict()["script"])
+    result = pkg.run_test(ladder.index, channel=channels)
+    out = [str(line) for line in result.output]
+    assert result.success, out[-40:]
+    doc = _json_document(out)
+    levels = {lvl["level"]: lvl for lvl in doc["levels"]}
+    assert [levels[k]["status"] for k in ("L1", "L3", "L4")] == ["PASS"] * 3
+    assert levels["L2"]["status"] == "SKIP"  # no GPU here: the script adds --expect-gpu only with one
+    l4 = levels["L4"]["evidence"]
+    assert l4["mode"] == "complete" and l4["device"] == "cpu"
+    assert "not importable" in l4["torchvision"]
+    ops = {op["op"]: op for op in l4["ops"]}
+    assert set(l4["exports"].values()) == set(ops) and l4["unchecked_exports"] == []
+    assert l4["coverage"]["failed"] == [] and l4["coverage"]["compared"] > 0
+    assert all(op["status"] in ("pass", "run-only", "skip") for op in ops.values())
+    _say(f"recipe test in the sandbox, L4 complete: {levels['L4']['reason'][:120]}...")
 
 
 def _clean_env() -> dict:

@@ -144,6 +144,7 @@ jobs:
           --variant "cuda_compiler_version=${{ matrix.cuda_compiler_version }}"
           --variant "mmcv_arch_list=${{ matrix.mmcv_arch_list }}"
           --variant "arch_tag=${{ matrix.arch_tag }}"
+          --variant "c_stdlib_version=${{ matrix.c_stdlib_version }}"
       - name: Recipe tests on the cached build
         if: steps.cache.outputs.cache-hit == 'true'
         run: scripts/test-built.sh
