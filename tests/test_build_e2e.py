@@ -1,10 +1,13 @@
 """The real mmcv recipe, CPU variant, built by the real rattler-build engine, offline.
 
-Dependencies come from the bootstrap channel (tests/support/bootstrap.py: this machine's CPython,
-PyPI wheels repacked under conda-forge's names, stub compiler packages), the sdist from a local
-copy checked against the recipe's sha256. The recipe's own tests run inside the build (import
-mmcv.ops, the _ext file, `mmstack verify`), then mmcv is installed from the channel into a fresh
-prefix with py-rattler and its ops are run there.
+Dependencies come from the bootstrap channel (tests/support/bootstrap.py: STAND-INS for
+conda-forge: this machine's CPython, PyPI wheels repacked under conda-forge's names, stub compiler
+packages), the sdist from a local copy checked against the recipe's sha256. The recipe's own tests
+run inside the build (import mmcv.ops, pip check, the _ext file, `mmstack verify` with L4's
+complete mode), then mmcv is installed from the channel into a fresh prefix with py-rattler and
+its ops are run there. The stand-in channel has no torchvision (bootstrap.py says why): the build
+runs with MMSTACK_NO_TORCHVISION=1, so L4 compares against the CPU kernels and torch only, and the
+build summary records that.
 
 Slow: ~2 min for the bootstrap channel and 12-20 min for mmcv on 2 cores, both cached under
 ~/.cache/mmstack-tests (keyed on the recipe, patches, build.sh, variant config and the mmstack
@@ -87,6 +90,7 @@ def built_channel(bootstrap_channel: Path) -> dict:
         recipes = [offline.offline_recipe_for(name, ROOT / "recipes" / name, work / "recipes" / name)
                    for name in ("mmcv", "mmdet")]
         started = time.monotonic()
+        os.environ[bootstrap.NO_TORCHVISION_ENV] = "1"  # read when the recipe renders its tests
         # as `mmstack build --env cpu` does it (mmstack first: the others' tests run `mmstack verify`
         # and `python -m mmstack.train_detector`), for the one python the bootstrap channel has
         built = build.run_stack_build(root=ROOT, channel_dir=ch, env="cpu", select={"python": "3.11"},
@@ -94,6 +98,8 @@ def built_channel(bootstrap_channel: Path) -> dict:
                                       overrides=_compiler_overrides(), extra_channels=[bootstrap_channel],
                                       progress=_say, work_dir=work)
         summary = {
+            "stand_in": f"built against {bootstrap_channel.name} (tests/support/bootstrap.py stand-ins for "
+                        "conda-forge), without torchvision in the recipe's test environment",
             "seconds": round(time.monotonic() - started),
             "packages": [p.as_dict() | {"size": p.path.stat().st_size} for p in built],
         }
@@ -105,6 +111,7 @@ def built_channel(bootstrap_channel: Path) -> dict:
         except OSError:  # a concurrent run cached it first
             pass
     finally:
+        os.environ.pop(bootstrap.NO_TORCHVISION_ENV, None)
         shutil.rmtree(work, ignore_errors=True)
     return {**summary, "channel": cache, "cached": False}
 
@@ -117,7 +124,11 @@ def test_cpu_variant_builds_with_its_tests_into_the_channel(built_channel):
     assert (ch / mmcv[0]["path"]).is_file()
     repodata = json.loads((ch / "linux-64" / "repodata.json").read_text())
     (record,) = [r for r in repodata["packages.conda"].values() if r["name"] == "mmcv"]
-    assert "pytorch 2.13.* cpu*" in record["depends"]
+    # conda-forge's idiom: the run pin comes from pytorch's run_exports, the build type from
+    # run_constrained; the sysroot 2.17 stand-in's run-export says which glibc it needs
+    assert "pytorch >=2.13.0,<2.14.0a0" in record["depends"], record["depends"]
+    assert "pytorch * cpu*" in record["constrains"], record.get("constrains")
+    assert "__glibc >=2.17,<3.0.a0" in record["depends"]
     assert not any(d.startswith("__cuda") for d in record["depends"])
     _say(f"mmcv {mmcv[0]['build_string']}: {mmcv[0]['size'] / 1e6:.1f} MB, built and tested in "
          f"{mmcv[0]['seconds']:.0f}s{' (cached)' if built_channel['cached'] else ''}")

@@ -27,7 +27,7 @@ CONFIG = Path(__file__).parent / "data" / "build_render" / "conda_build_config.y
 SDIST_SHA256 = "ac479247e808d8802f89eadf04d4118de86bdfe81361ec5aed0cc1bf731c67c9"
 SDIST_URL = ("https://files.pythonhosted.org/packages/e9/a2/57a733e7e84985a8a0e3101dfb8170fc9db92435c16afad253069ae3f9df/"
              "mmcv-2.2.0.tar.gz")
-CUDA_HEADERS = ["libcublas-dev", "libcusparse-dev", "libcurand-dev", "libcusolver-dev"]
+CUDA_HEADERS = ["libcublas-dev", "libcusparse-dev", "libcusolver-dev"]
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +52,7 @@ def test_one_package_per_row(rendered):
 @pytest.mark.parametrize("tag, pattern", [
     ("cpu", r"cpu_py311_h[0-9a-f]{7}_0"),
     ("sm89", r"cuda129_sm89_py311_h[0-9a-f]{7}_0"),
-    ("all", r"cuda128_all_py311_h[0-9a-f]{7}_100"),
+    ("all", r"cuda130_all_py311_h[0-9a-f]{7}_100"),
 ])
 def test_build_strings_say_what_the_package_serves(rendered, tag, pattern):
     assert re.fullmatch(pattern, rendered[tag]["build"]["string"])
@@ -75,21 +75,25 @@ def test_build_strings_agree_with_the_variant_matrix(rendered):
 def test_cpu_row_has_no_cuda_anywhere(rendered):
     req = rendered["cpu"]["requirements"]
     assert _names(req["build"]) == ["gcc_linux-64", "sysroot_linux-64", "gxx_linux-64", "ninja"]
-    assert "sysroot_linux-64 2.28.*" in req["build"]
+    assert "sysroot_linux-64 2.17.*" in req["build"]  # conda-forge's glibc 2.17 outside CUDA 13
     assert not [s for s in req["build"] + req["host"] + req["run"] if "cuda" in s.split()[0]]
-    assert "pytorch 2.13.* cpu*" in req["host"] and "pytorch 2.13.* cpu*" in req["run"]
+    # conda-forge's idiom: host pytorch (its run_exports pin the minor), build type constrained
+    assert "pytorch" in req["host"] and "pytorch * cpu*" in req["host"]
+    assert "pytorch" not in _names(req["run"])
+    assert req["run_constraints"] == ["pytorch * cpu*"]
     assert "__cuda" not in req["run"]
 
 
-@pytest.mark.parametrize("tag, cuda, tag_prefix", [("sm89", "12.9", "cuda129"), ("all", "12.8", "cuda128")])
-def test_cuda_rows_pin_cuda_and_a_matching_pytorch(rendered, tag, cuda, tag_prefix):
+@pytest.mark.parametrize("tag, cuda, stdlib", [("sm89", "12.9", "2.17"), ("all", "13.0", "2.28")])
+def test_cuda_rows_pin_cuda_and_a_cuda_pytorch(rendered, tag, cuda, stdlib):
     req = rendered[tag]["requirements"]
     assert f"cuda-nvcc_linux-64 {cuda}.*" in req["build"]  # compiler('cuda'), only here
+    assert f"sysroot_linux-64 {stdlib}.*" in req["build"]
     assert f"cuda-version =={cuda}" in req["host"]
     assert set(CUDA_HEADERS + ["cuda-cudart-dev"]) <= set(req["host"])
-    # built against, and run with, a torch built for the same CUDA minor
-    assert f"pytorch 2.13.* {tag_prefix}*" in req["host"]
-    assert f"pytorch 2.13.* {tag_prefix}*" in req["run"]
+    assert "libcurand-dev" not in req["host"]  # mmcv 2.2.0 includes no curand header
+    assert "pytorch" in req["host"] and "pytorch * cuda*" in req["host"]
+    assert req["run_constraints"] == ["pytorch * cuda*"]
     assert "__cuda" in req["run"]
     assert sorted(req["ignore_run_exports"]["from_package"]) == sorted(CUDA_HEADERS)
 
@@ -97,25 +101,27 @@ def test_cuda_rows_pin_cuda_and_a_matching_pytorch(rendered, tag, cuda, tag_pref
 @pytest.mark.parametrize("tag", ["cpu", "sm89", "all"])
 def test_run_requirements_are_mmcvs_runtime_requirements(rendered, tag):
     run = _names(rendered[tag]["requirements"]["run"])
-    # requirements/runtime.txt (regex is Windows-only), under conda-forge's names
-    for name in ["python", "pytorch", "addict", "mmengine", "numpy", "packaging", "pillow", "py-opencv", "pyyaml", "yapf"]:
+    # requirements/runtime.txt (regex is Windows-only), under conda-forge's names, and cv2
+    for name in ["python", "addict", "mmengine", "numpy", "packaging", "pillow", "py-opencv", "pyyaml", "yapf"]:
         assert name in run
     host = _names(rendered[tag]["requirements"]["host"])
-    assert {"python", "pip", "setuptools", "wheel", "packaging", "pytorch"} <= set(host)
+    # py-opencv in host: setup.py then adds no opencv-python to the metadata (pip check passes)
+    assert {"python", "pip", "setuptools", "wheel", "numpy", "packaging", "py-opencv", "pytorch"} <= set(host)
 
 
 @pytest.mark.parametrize("tag, arch_list", [
-    ("cpu", "none"), ("sm89", "8.9"), ("all", "8.0;8.6;8.9;9.0;10.0;12.0+PTX"),
+    ("cpu", "none"), ("sm89", "8.9"), ("all", "7.5;8.0;8.6;9.0;10.0;11.0;12.0+PTX"),
 ])
 def test_the_arch_list_reaches_build_sh(rendered, tag, arch_list):
     script = rendered[tag]["build"]["script"]
     assert script["file"] == "build.sh"
     assert script["env"]["MMSTACK_ARCH_LIST"] == arch_list
+    assert script["env"]["MMSTACK_ARCH_TAG"] == tag
 
 
 def test_source_is_the_pypi_sdist_with_every_patch(rendered):
     patches = sorted(p.relative_to(MMCV).as_posix() for p in (MMCV / "patches").glob("*.patch"))
-    assert patches, "recipes/mmcv/patches/ holds the numbered patches"
+    assert len(patches) == 6, "recipes/mmcv/patches/ holds the numbered patches"
     for recipe in rendered.values():
         (source,) = recipe["source"]
         assert source["url"] == [SDIST_URL] or source["url"] == SDIST_URL
@@ -124,17 +130,27 @@ def test_source_is_the_pypi_sdist_with_every_patch(rendered):
     assert (MMCV / "build.sh").is_file()
 
 
-def test_tests_import_ops_check_ext_run_the_ladder_and_the_fatbin(rendered):
+def test_licence_declares_the_nvidia_licensed_ops(rendered):
+    for recipe in rendered.values():
+        assert recipe["about"]["license"] == "Apache-2.0 AND LicenseRef-NVIDIA-License"
+        assert recipe["about"]["license_file"] == ["LICENSE", "LICENSES.md"]
+
+
+def test_tests_import_ops_pip_check_run_the_complete_ladder_and_the_fatbin(rendered):
     for tag, recipe in rendered.items():
         tests = recipe["tests"]
         python = [t["python"] for t in tests if "python" in t]
         assert python and {"mmcv", "mmcv.ops"} <= set(python[0]["imports"])
+        assert python[0].get("pip_check", True) is True
         contents = [t["package_contents"] for t in tests if "package_contents" in t]
         assert contents and any("mmcv/_ext" in f for f in contents[0]["files"])
         scripts = [t for t in tests if "script" in t]
-        assert all(t["requirements"]["run"] == ["mmstack"] for t in scripts)
-        text = [t["script"] if isinstance(t["script"], str) else t["script"]["content"] for t in scripts]
-        assert any("mmstack verify --levels L1,L2,L3,L4 --json" in s for s in text)
+        assert all(t["requirements"]["run"][0] == "mmstack" for t in scripts)
+        (ladder,) = [t for t in scripts if "mmstack verify" in str(t["script"])]
+        assert ladder["requirements"]["run"] == ["mmstack", "torchvision"]
+        text = "\n".join(ladder["script"])
+        assert "mmstack verify --levels L1,L2,L3,L4 --l4 complete --json $gpu" in text
+        assert 'if nvidia-smi -L >/dev/null 2>&1; then gpu="--expect-gpu"' in text
         fatbin = [t for t in scripts if "mmstack fatbin" in str(t["script"])]
         if tag == "cpu":
             assert fatbin == []
@@ -142,54 +158,94 @@ def test_tests_import_ops_check_ext_run_the_ladder_and_the_fatbin(rendered):
             assert fatbin[0]["script"]["env"]["MMSTACK_ARCH_LIST"] == recipe["variant"]["mmcv_arch_list"]
 
 
-def _render_meta_yaml(variant: dict) -> dict:
-    """meta.yaml the way conda-build reads it: drop lines whose `# [selector]` is false, render the
-    Jinja with the variant, parse the YAML. compiler()/stdlib() resolve as rattler-build does."""
-    jinja2 = pytest.importorskip("jinja2")
-    yaml = pytest.importorskip("ruamel.yaml")
-    cuda = variant["cuda_compiler_version"]
-    names = {"linux": True, "linux64": True, "osx": False, "win": False, "unix": True,
-             "cuda_compiler_version": cuda, "build_platform": "linux-64", "target_platform": "linux-64"}
-    lines = []
-    for line in (MMCV / "meta.yaml").read_text().splitlines():
-        m = re.search(r"#\s*\[(.+)\]\s*$", line)
-        if m and not eval(m.group(1), {}, names):  # noqa: S307 - selectors are Python expressions
-            continue
-        lines.append(line)
-    compilers = {"c": "gcc_linux-64", "cxx": "gxx_linux-64", "cuda": f"cuda-nvcc_linux-64 {cuda}.*"}
-    env = jinja2.Environment(undefined=jinja2.StrictUndefined)
-    text = env.from_string("\n".join(lines)).render(
-        compiler=compilers.__getitem__, stdlib=lambda lang: "sysroot_linux-64 2.28.*",
-        CONDA_PY=variant["python"].replace(".", ""), PKG_HASH="0000000", **variant)
-    return yaml.YAML(typ="safe").load(text)
+def test_the_offline_test_channel_drops_torchvision_and_nothing_else(monkeypatch):
+    """tests/support/bootstrap.py has no torchvision; MMSTACK_NO_TORCHVISION=1 (set by the e2e
+    build) drops it from the ladder's test requirements without changing the package hash."""
+    select = {"arch_tag": "cpu", "python": "3.11"}
+    (plain,) = build.render(recipe_dir=MMCV, variant_config=CONFIG, select=select)
+    monkeypatch.setenv("MMSTACK_NO_TORCHVISION", "1")
+    (offline,) = build.render(recipe_dir=MMCV, variant_config=CONFIG, select=select)
+    assert offline.recipe.build.string == plain.recipe.build.string
+    runs = [t.get("requirements", {}).get("run") for t in offline.recipe.to_dict()["tests"]]
+    assert ["mmstack"] in runs and not any("torchvision" in (r or []) for r in runs)
 
 
-@pytest.mark.parametrize("tag", ["cpu", "sm89", "all"])
-def test_meta_yaml_is_the_same_recipe(rendered, tag):
-    """conda-build is not installable here; render meta.yaml its way and compare to recipe.yaml's."""
-    ours = rendered[tag]
-    variant = {"arch_tag": tag, **ours["variant"]}
-    meta = _render_meta_yaml(variant)
-    prefix, tail = ours["build"]["string"].rsplit("_h", 1)
-    number = tail.rsplit("_", 1)[1]
-    assert number == ("100" if tag == "all" else "0")  # the fat build wins a plain `conda install mmcv`
-    assert meta["build"]["string"] == f"{prefix}_h0000000_{number}"
-    assert meta["build"]["number"] == ours["build"]["number"] == int(number)
-    for section in ("build", "host", "run"):
-        assert [" ".join(str(s).split()) for s in meta["requirements"][section]] == ours["requirements"][section], section
-    assert meta["build"]["script_env"][0] == f"MMSTACK_ARCH_LIST={variant['mmcv_arch_list']}"
-    assert meta["build"].get("ignore_run_exports_from", []) == \
-        ours["requirements"].get("ignore_run_exports", {}).get("from_package", [])
-    (source,) = ours["source"]
-    assert meta["source"]["url"] in (source["url"], [source["url"]], *source["url"])
-    assert meta["source"]["sha256"] == source["sha256"]
-    assert meta["source"]["patches"] == [str(p) for p in source["patches"]]
-    assert {"mmcv", "mmcv.ops"} <= set(meta["test"]["imports"]) and meta["test"]["requires"] == ["mmstack"]
-    commands = "\n".join(meta["test"]["commands"])
-    assert "mmstack verify --levels L1,L2,L3,L4 --json" in commands
-    assert ("mmstack fatbin" in commands) == (tag != "cpu")
-    if tag != "cpu":
-        assert f'mmstack fatbin --expect "{variant["mmcv_arch_list"]}"' in commands
+# ---- recipe.yaml (py-rattler-build) against meta.yaml (the real conda-build) ---------------
+
+FIXTURE = Path(__file__).parent / "data" / "conda_build_render" / "render.json"
+
+
+def _conda_build_fixture() -> dict:
+    import hashlib
+    import json
+
+    doc = json.loads(FIXTURE.read_text())
+    for rel, digest in doc["inputs_sha256"].items():
+        now = hashlib.sha256((ROOT / rel).read_bytes()).hexdigest()
+        assert now == digest, (f"{rel} changed since {FIXTURE.relative_to(ROOT)} was made: "
+                               f"regenerate it with `{doc['generated_by']}` (conda-build installed)")
+    return doc
+
+
+def _key(variant: dict) -> tuple:
+    return (variant["python"], variant["cuda_compiler_version"], variant["arch_tag"])
+
+
+def _with_variant_pins(specs: list[str], variant: dict) -> list[str]:
+    """A bare name that is a variant key gets the variant's pin: conda-build writes it into the
+    render; rattler-build applies the same `name X.*` when it resolves the environment."""
+    return [f"{s} {variant[s]}.*" if s in variant and " " not in s else s for s in specs]
+
+
+def test_rattler_build_and_the_real_conda_build_render_every_variant_alike():
+    """The whole matrix: recipe.yaml through py-rattler-build against meta.yaml through the real
+    conda-build (tests/data/conda_build_render/render.json, its header says how it was made)."""
+    doc = _conda_build_fixture()
+    theirs = {_key(v["variant"]): v for v in doc["variants"]}
+    ours = {}
+    for v in build.render(recipe_dir=MMCV, variant_config=ROOT / "conda_build_config.yaml"):
+        variant = {k: str(val) for k, val in v.variant.items()}
+        variant.setdefault("arch_tag", "cpu")
+        ours[_key(variant)] = (variant, v.recipe.to_dict())
+    assert len(theirs) == len(doc["variants"]) == 18
+    assert sorted(ours) == sorted(theirs)
+    mask = re.compile(r"_h[0-9a-f]{7}_")  # each engine hashes the variant its own way
+    for key, (variant, r) in ours.items():
+        cb = theirs[key]
+        assert {k: variant[k] for k in cb["variant"]} == cb["variant"], key
+        assert (r["package"]["name"], r["package"]["version"]) == (cb["name"], cb["version"]), key
+        assert mask.sub("_h#_", r["build"]["string"]) == mask.sub("_h#_", cb["build_string"]), key
+        assert r["build"]["number"] == cb["build_number"], key
+        req = r["requirements"]
+        assert _with_variant_pins(req["build"], variant) == cb["requirements"]["build"], key
+        assert _with_variant_pins(req["host"], variant) == cb["requirements"]["host"], key
+        assert req["run"] == cb["requirements"]["run"], key
+        assert req.get("run_constraints", []) == cb["requirements"]["run_constrained"], key
+        assert req.get("ignore_run_exports", {}).get("from_package", []) == cb["ignore_run_exports_from"], key
+        env = r["build"]["script"]["env"]
+        assert [f"{k}={env[k]}" for k in ("MMSTACK_ARCH_LIST", "MMSTACK_ARCH_TAG", "MMCV_WITH_OPS")] == \
+            cb["script_env"], key
+        # tests: the same imports, requirements and commands (pip check is a flag in recipe.yaml)
+        tests = r["tests"]
+        (python,) = [t["python"] for t in tests if "python" in t]
+        assert python["imports"] == cb["test_imports"], key
+        requires = {d for t in tests for d in t.get("requirements", {}).get("run", [])}
+        assert requires | ({"pip"} if python.get("pip_check", True) else set()) == set(cb["test_requires"]), key
+        assert "pip check" in cb["test_commands"]
+        ladder = next(t["script"] for t in tests if "mmstack verify" in str(t.get("script")))
+        assert all(line in cb["test_commands"] for line in ladder), key
+        fatbin = any("mmstack fatbin --expect" in str(t.get("script")) for t in tests)
+        assert fatbin == any("mmstack fatbin --expect" in c for c in cb["test_commands"]) == \
+            (variant["cuda_compiler_version"] != "None"), key
+        assert r["about"]["license"] == cb["license"] and r["about"]["license_file"] == cb["license_file"], key
+
+
+def test_the_fixture_says_how_it_was_made():
+    doc = _conda_build_fixture()
+    assert doc["generated_by"].endswith("tests/data/conda_build_render/make_fixture.py")
+    assert "bypass_env_check=True, finalize=False" in doc["call"]
+    assert doc["conda_build"] and doc["conda"]
+    assert (FIXTURE.parent / "make_fixture.py").is_file()
 
 
 def test_the_repository_matrix_renders_for_every_environment():
@@ -222,6 +278,26 @@ def test_check_recipes_passes_on_the_repository():
 
     note = check_recipes(ROOT)
     assert "mmcv: 18 (one per variant, build strings match)" in note and "mmdet: 1" in note
+    assert "meta.yaml: 18 per conda-build 26.7.1 (same build strings)" in note
+
+
+def test_check_recipes_fails_when_meta_yaml_drifts_from_its_recorded_conda_build_render(tmp_path):
+    import shutil
+
+    from mmstack.build import CONDA_BUILD_RENDER, check_recipes
+    from mmstack.errors import CheckFailed
+
+    shutil.copytree(ROOT / "recipes", tmp_path / "recipes", ignore=shutil.ignore_patterns("output"))
+    shutil.copy(ROOT / "conda_build_config.yaml", tmp_path)
+    (tmp_path / CONDA_BUILD_RENDER).parent.mkdir(parents=True)
+    shutil.copy(FIXTURE, tmp_path / CONDA_BUILD_RENDER)
+    check_recipes(tmp_path)  # the copy is consistent
+    meta = tmp_path / "recipes" / "mmcv" / "meta.yaml"
+    meta.write_text(meta.read_text().replace("    - yapf\n", "    - yapf >=0.40\n"))
+    with pytest.raises(CheckFailed) as err:
+        check_recipes(tmp_path)
+    assert "recipes/mmcv/meta.yaml changed since conda-build's render was recorded" in err.value.one_line()
+    assert "make_fixture.py" in err.value.one_line()
 
 
 def test_check_recipes_names_the_recipe_when_build_strings_collide(tmp_path):
@@ -236,8 +312,47 @@ def test_check_recipes_names_the_recipe_when_build_strings_collide(tmp_path):
     shutil.copy(ROOT / "conda_build_config.yaml", tmp_path)
     recipe = tmp_path / "recipes" / "mmcv" / "recipe.yaml"
     text = recipe.read_text()
-    assert 'torch_proc_type ~ "_" ~ arch_tag' in text
-    recipe.write_text(text.replace('torch_proc_type ~ "_" ~ arch_tag', 'torch_proc_type'))
+    assert 'version_to_buildstring ~ "_" ~ arch_tag' in text
+    recipe.write_text(text.replace('version_to_buildstring ~ "_" ~ arch_tag', 'version_to_buildstring'))
     with pytest.raises(CheckFailed) as err:
         check_recipes(tmp_path)
     assert "recipes/mmcv/recipe.yaml" in err.value.one_line() and "expected 1" in err.value.one_line()
+
+
+# ---- build.sh: a fat build takes pytorch's arch list, or stops -----------------------------
+
+FAT_12_9 = "5.0;6.0;7.0;7.5;8.0;8.6;9.0;10.0;12.0+PTX"
+
+
+def _build_sh(tmp_path, **env) -> "subprocess.CompletedProcess[str]":
+    """build.sh up to its variant checks: PYTHON=false makes it stop at the first python call after."""
+    import subprocess
+
+    base = {"PATH": "/usr/bin:/bin", "CONDA_BUILD": "1", "cuda_compiler_version": "12.9",
+            "MMSTACK_ARCH_TAG": "all", "MMSTACK_ARCH_LIST": FAT_12_9, "PYTHON": "false", "SRC_DIR": str(tmp_path)}
+    env = {k: v for k, v in {**base, **env}.items() if v is not None}
+    return subprocess.run(["bash", str(MMCV / "build.sh")], env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_fat_build_takes_pytorchs_arch_list(tmp_path):
+    run = _build_sh(tmp_path, CF_TORCH_CUDA_ARCH_LIST=FAT_12_9)
+    assert f"TORCH_CUDA_ARCH_LIST={FAT_12_9}" in run.stdout + run.stderr
+    assert "ERROR" not in run.stderr
+
+
+def test_fat_build_stops_when_pytorchs_arch_list_differs_from_the_matrix_row(tmp_path):
+    run = _build_sh(tmp_path, CF_TORCH_CUDA_ARCH_LIST="7.5;8.0;8.6;9.0;10.0;11.0;12.0+PTX")
+    assert run.returncode == 1
+    assert "pytorch was built for CF_TORCH_CUDA_ARCH_LIST='7.5;8.0;8.6;9.0;10.0;11.0;12.0+PTX'" in run.stderr
+    assert "mmcv_arch_list row" in run.stderr and "TORCH_CUDA_ARCH_LIST=" not in run.stdout
+
+
+def test_fat_build_stops_without_pytorchs_activation(tmp_path):
+    run = _build_sh(tmp_path, CF_TORCH_CUDA_ARCH_LIST=None)
+    assert run.returncode == 1 and "CF_TORCH_CUDA_ARCH_LIST is not set" in run.stderr
+
+
+def test_single_generation_build_keeps_its_own_arch_list(tmp_path):
+    """sm89 is a per-generation row: pytorch's fat list must not replace it."""
+    run = _build_sh(tmp_path, MMSTACK_ARCH_TAG="sm89", MMSTACK_ARCH_LIST="8.9", CF_TORCH_CUDA_ARCH_LIST=FAT_12_9)
+    assert "TORCH_CUDA_ARCH_LIST=8.9" in run.stdout + run.stderr and "ERROR" not in run.stderr

@@ -66,7 +66,56 @@ def test_run_requirements_admit_this_projects_mmcv_and_nothing_newer(rendered):
     for name in ("numpy", "pycocotools", "scipy", "shapely", "six", "terminaltables", "tqdm",
                  "matplotlib-base"):
         assert name in run
-    assert not any(dep.split()[0] in {"pytorch", "torch", "torchvision"} for dep in run)
+    # imported at module level (mmdet.models: torch; mmdet.datasets.transforms: cv2, PIL), as
+    # conda-forge's mmdet lists them; the bare names leave the build to mmcv's pins.
+    for name in ("pytorch", "py-opencv", "pillow", "addict", "rich"):
+        assert name in run
+    assert "torchvision" not in [dep.split()[0] for dep in run]
+
+
+# top-level module -> conda-forge package
+CONDA_NAME = {"torch": "pytorch", "cv2": "py-opencv", "PIL": "pillow", "matplotlib": "matplotlib-base"}
+
+
+def test_every_module_level_import_of_mmdet_is_a_run_requirement(rendered):
+    """What a fresh prefix with only mmdet's run requirements must hold: every third-party module
+    that a module of the sdist's mmdet/ (not the .mim tools) imports at module level."""
+    import ast
+    import tarfile
+
+    from support import offline
+
+    try:
+        sdist = offline.cached_sdist("mmdet")
+    except OSError as exc:
+        pytest.skip(f"PyPI unreachable for the mmdet sdist: {exc}")
+    imported: dict[str, str] = {}
+    with tarfile.open(sdist) as tar:
+        for member in tar.getmembers():
+            parts = member.name.split("/")
+            if not (member.isfile() and member.name.endswith(".py") and parts[1:2] == ["mmdet"]) or ".mim" in parts:
+                continue
+            tree = ast.parse(tar.extractfile(member).read())
+            for node in tree.body:
+                if isinstance(node, ast.Import):
+                    names = [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                    names = [node.module]
+                else:
+                    continue
+                for name in names:
+                    top = name.split(".")[0]
+                    if top not in sys.stdlib_module_names and top != "mmdet":
+                        imported.setdefault(top, member.name)
+    assert {"torch", "cv2", "mmcv", "mmengine", "numpy"} <= set(imported)  # the scan sees them
+    run = {dep.split()[0] for dep in rendered["requirements"]["run"]}
+    missing = {CONDA_NAME.get(m, m): where for m, where in imported.items() if CONDA_NAME.get(m, m) not in run}
+    assert not missing, f"imported at module level but not a run requirement: {missing}"
+
+
+def test_pip_check_runs(rendered):
+    (python,) = [t["python"] for t in rendered["tests"] if "python" in t]
+    assert python.get("pip_check", True) is True
 
 
 def test_every_patch_has_what_why_upstream():

@@ -11,6 +11,9 @@
 #   cuda_compiler_version  variant key ("None" = CPU variant); conda-forge's tools export it
 #   MMSTACK_ARCH_LIST      the variant's mmcv_arch_list, e.g. "8.0;8.6;8.9;9.0;12.0+PTX"
 #                          (recipe.yaml passes it; "none" or empty for the CPU variant)
+#   MMSTACK_ARCH_TAG       the variant's arch_tag; "all" = a fat build, whose list must equal
+#                          CF_TORCH_CUDA_ARCH_LIST, the arch list conda-forge's pytorch was built
+#                          with (its libtorch activation script exports it into the host env)
 #   FORCE_CUDA, CUDA_HOME  outside conda: say CUDA (1 / set) or CPU (FORCE_CUDA=0)
 #   PYTHON, SRC_DIR, CPU_COUNT  set by conda tools; default to python3, $PWD and nproc
 set -euxo pipefail
@@ -61,6 +64,23 @@ if [[ "${with_cuda}" == "1" ]]; then
   Edit key mmcv_arch_list in conda_build_config.yaml (or MMSTACK_ARCH_LIST outside conda)."
     fi
   done
+  if [[ "${MMSTACK_ARCH_TAG:-}" == "all" && -n "${CONDA_BUILD:-}" ]]; then
+    # A fat build carries what the host pytorch was built for, as torchvision-feedstock does
+    # (build.sh: TORCH_CUDA_ARCH_LIST="${CF_TORCH_CUDA_ARCH_LIST}"). The matrix row states the
+    # same list so `mmstack matrix/arch check` can reason about it; when a new pytorch build
+    # changes its list, stop here instead of shipping a fat build that lags behind it.
+    if [[ -z "${CF_TORCH_CUDA_ARCH_LIST:-}" ]]; then
+      die "fat build (arch_tag all) but CF_TORCH_CUDA_ARCH_LIST is not set: the host pytorch's
+  activation (etc/conda/activate.d/libtorch_activate.sh, conda-forge's CUDA pytorch) did not run
+  or this pytorch is not conda-forge's CUDA build."
+    fi
+    if [[ "${CF_TORCH_CUDA_ARCH_LIST}" != "${arch_list}" ]]; then
+      die "fat build: pytorch was built for CF_TORCH_CUDA_ARCH_LIST='${CF_TORCH_CUDA_ARCH_LIST}'
+  but conda_build_config.yaml's mmcv_arch_list row (cuda_compiler_version=${cuda_compiler_version:-?},
+  arch_tag=all) says '${arch_list}'. Copy pytorch's list into that row (and run \`mmstack check\`)."
+    fi
+    arch_list="${CF_TORCH_CUDA_ARCH_LIST}"
+  fi
   export FORCE_CUDA=1
   export TORCH_CUDA_ARCH_LIST="${arch_list}"
   # nvcc only compresses some fatbin entries by default; -compress-all compresses every SASS

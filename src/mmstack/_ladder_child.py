@@ -16,6 +16,7 @@ from __future__ import annotations
 import ctypes
 import faulthandler
 import importlib
+import importlib.util
 import json
 import math
 import os
@@ -25,6 +26,7 @@ import time
 import traceback
 
 faulthandler.enable()
+OPS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_ladder_ops.py")
 
 # Tolerances. Each op is checked against hand-computed values, against mmcv's CPU kernel when
 # it ran on the GPU, and against torchvision's op where it has one. On an H200 mmcv's roi_align
@@ -37,11 +39,14 @@ RTOL = 1e-5
 class _Out:
     def __init__(self, path: str):
         self._f = open(path, "a", buffering=1)
+        self.part: str | None = None  # in ladder mode, every record names the part it belongs to
+        self.errors_in_part = 0
 
     def put(self, **record) -> None:
+        if self.part is not None:
+            record["part"] = self.part
         self._f.write(json.dumps(record, default=str) + "\n")
-        self._f.flush()
-        os.fsync(self._f.fileno())
+        self._f.flush()  # a line buffer in the kernel survives the process; no fsync needed for a crash
 
     def step(self, name: str) -> None:
         self.put(step=name)
@@ -50,6 +55,7 @@ class _Out:
         self.put(evidence=items)
 
     def error(self, text: str) -> None:
+        self.errors_in_part += 1
         self.put(error=text)
 
 
@@ -441,8 +447,11 @@ def level_l4(out: _Out, opts: dict) -> None:
 
     dev = _device(opts)
     tv, why = _torchvision()
-    out.evidence(device=dev, torchvision=getattr(sys.modules.get("torchvision"), "__version__", None) if tv else why)
+    out.evidence(device=dev, torchvision=getattr(sys.modules.get("torchvision"), "__version__", None) if tv else why,
+                 mode=opts.get("l4", "quick"))
     torch.manual_seed(0)
+    if opts.get("l4") == "complete":
+        return _l4_complete(out, dev, tv)
     for fn in OPS:
         name = fn.__name__[3:]
         out.step(name)
@@ -454,6 +463,31 @@ def level_l4(out: _Out, opts: dict) -> None:
         except Exception as exc:  # noqa: BLE001 - report every op, then fail the level
             out.evidence(**{name: {"error": _exc(exc)}})
             out.error(f"{name}: {_exc(exc)}")
+
+
+def _l4_complete(out: _Out, dev: str, tv) -> None:
+    """Every op mmcv.ops exports (its __all__ read now), once: _ladder_ops.py, loaded by path."""
+    out.step("load _ladder_ops.py")
+    spec = importlib.util.spec_from_file_location("_mmstack_ladder_ops", OPS_FILE)
+    ops = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ops)
+    out.step("import mmcv.ops")
+    names = ops.exported_names()
+    todo, unknown, owner = ops.plan(names)
+    out.evidence(exported=len(names), exports=owner, unchecked_exports=unknown)
+    records = []
+    for op, _names, cuda_only, fn in todo:
+        out.step(op)
+        rec = ops.run_check(op, cuda_only, fn, dev, tv)
+        rec["exports"] = [n for n in _names if n in owner]
+        records.append(rec)
+        out.evidence(ops=records)
+        if rec["status"] == "fail":
+            out.error(f"{op}: {rec['reason']}")
+    for name in unknown:  # exported, but mmstack has no check for it: listed, never counted as passed
+        records.append({"op": name, "exports": [name], "device": dev, "status": "skip", "reference": None,
+                        "references": [], "max_error": None, "reason": "no check for this export in mmstack"})
+    out.evidence(ops=records)
 
 
 # -- L5: a few optimisation steps ------------------------------------------------------------------
@@ -558,6 +592,36 @@ LEVELS = {"doctor": fingerprint, "L1": level_l1, "L2": level_l2, "L3": level_l3,
           "L5-detector": level_l5_detector}
 
 
+def run_parts(out: _Out, opts: dict) -> None:
+    """Ladder mode: the parts in order, in this one process. Each part's records carry its name:
+    {"start": t} first and {"done": true, "seconds": s} last; a part whose prerequisite failed here
+    (or in an earlier child, opts["failed"]) is {"skipped": reason} and does not run."""
+    failed = set(opts.get("failed", ()))
+    needs = opts.get("needs", {})
+    for part in opts["parts"]:
+        out.part = part
+        blocked = [n for n in needs.get(part, ()) if n in failed]
+        if blocked:
+            failed.add(part)
+            out.put(skipped=f"needs {blocked[0]}")
+            continue
+        out.put(start=time.time())
+        start = time.perf_counter()
+        ok = True
+        try:
+            LEVELS[part](out, {**opts.get("common", {}), **opts.get("part_opts", {}).get(part, {})})
+        except BaseException as exc:  # noqa: BLE001 - report, do not crash the reporter
+            ok = False
+            out.put(error=_exc(exc), traceback=traceback.format_exc(limit=8))
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+        out.put(done=True, ok=ok, seconds=round(time.perf_counter() - start, 3))
+        if not ok or out.errors_in_part:
+            failed.add(part)
+        out.errors_in_part = 0
+    out.part = None
+
+
 def main(argv: list[str]) -> int:
     level, result = argv[1], argv[2]
     opts = json.loads(argv[3]) if len(argv) > 3 else {}
@@ -565,6 +629,10 @@ def main(argv: list[str]) -> int:
         sys.path.remove("")
     out = _Out(result)
     start = time.perf_counter()
+    if level == "ladder":
+        run_parts(out, opts)
+        out.put(done=True, seconds=round(time.perf_counter() - start, 3))
+        return 0
     try:
         LEVELS[level](out, opts)
     except BaseException as exc:  # noqa: BLE001 - report, do not crash the reporter

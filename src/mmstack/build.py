@@ -27,7 +27,7 @@ RECIPE_FILE = "recipe.yaml"
 # The recipes `mmstack build` builds, in order: mmcv's tests run `mmstack verify` and mmdet's
 # `python -m mmstack.train_detector` on the mmcv just built, so mmstack goes first, mmdet last.
 STACK = ("mmstack", "mmcv", "mmdet")
-# Variant keys that pick a build (the rest, like c_stdlib, are the same for every row).
+# Variant keys that pick a build (the rest follow: c_stdlib_version is zipped with cuda_compiler_version).
 SELECT_KEYS = ("python", "pytorch", "cuda_compiler_version", "mmcv_arch_list", "arch_tag")
 Progress = Callable[[str], None]
 
@@ -251,7 +251,39 @@ def check_recipes(root: str | os.PathLike[str]) -> str:
                               source=str(root / "recipes" / "mmcv" / RECIPE_FILE),
                               fix="use only conda_build_config.yaml's keys as variant keys in the recipe")
         notes.append(f"mmcv: {len(strings)} (one per variant, build strings match)")
-    return "rendered " + ", ".join(notes)
+        notes.append(_check_conda_build_render(root, strings))
+    return "rendered " + ", ".join(n for n in notes if n)
+
+
+# The real conda-build's render of recipes/mmcv/meta.yaml (made by the script beside it; conda-build
+# is no dependency of mmstack). Present in a checkout of the repository, not in an installed package.
+CONDA_BUILD_RENDER = Path("tests") / "data" / "conda_build_render" / "render.json"
+_HASH = re.compile(r"_h[0-9a-f]{7}_")
+
+
+def _check_conda_build_render(root: Path, strings: list[str]) -> str:
+    """meta.yaml (conda-build) against recipe.yaml (rattler-build): same builds, same strings."""
+    import hashlib
+    import json
+
+    from .errors import CheckFailed
+
+    fixture = root / CONDA_BUILD_RENDER
+    if not fixture.is_file():
+        return ""
+    doc = json.loads(fixture.read_text())
+    for rel, digest in doc["inputs_sha256"].items():
+        if hashlib.sha256((root / rel).read_bytes()).hexdigest() != digest:
+            raise CheckFailed(f"{rel} changed since conda-build's render was recorded", source=str(fixture),
+                              fix=f"regenerate it: {doc['generated_by']} (needs conda-build)")
+    theirs = sorted(_HASH.sub("_h#_", v["build_string"]) for v in doc["variants"])
+    ours = sorted(_HASH.sub("_h#_", s) for s in strings)
+    if theirs != ours:
+        only = sorted(set(theirs) ^ set(ours))[:3]
+        raise CheckFailed(f"conda-build renders meta.yaml into {len(theirs)} builds, rattler-build recipe.yaml into "
+                          f"{len(ours)}; differing build strings: {', '.join(only)}", source=str(fixture),
+                          fix="keep recipes/mmcv/meta.yaml and recipe.yaml in step, then regenerate the render")
+    return f"meta.yaml: {len(theirs)} per conda-build {doc['conda_build']} (same build strings)"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -159,6 +159,7 @@ jobs:
           --variant "cuda_compiler_version=${{ matrix.cuda_compiler_version }}"
           --variant "mmcv_arch_list=${{ matrix.mmcv_arch_list }}"
           --variant "arch_tag=${{ matrix.arch_tag }}"
+          --variant "c_stdlib_version=${{ matrix.c_stdlib_version }}"
           --channel conda-forge
           --output-dir output
       - name: Recipe tests on the cached build

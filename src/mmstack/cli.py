@@ -73,15 +73,16 @@ def verify(
     json: bool = JSON,
     expect_gpu: bool = typer.Option(False, "--expect-gpu", help="No usable GPU is a FAIL, not a SKIP."),
     python: Optional[str] = typer.Option(None, "--python", help="Verify another environment's interpreter."),
-    timeout: float = typer.Option(300.0, "--timeout", min=0.1, help="Seconds each level's process may take."),
+    timeout: float = typer.Option(300.0, "--timeout", min=0.1, help="Seconds each level (each part of one) may take."),
     model: Optional[str] = typer.Option(None, "--model", help="L5 also trains mmdet detectors: faster-rcnn, faster-rcnn-mdconv, faster-rcnn-dconv (comma-separated)."),
     nproc: Optional[int] = typer.Option(None, "--nproc", help="L5 also runs the step under torchrun with N ranks (NCCL on N GPUs, else gloo)."),
+    l4: str = typer.Option("quick", "--l4", help="L4 mode: quick (5 ops) or complete (every op mmcv.ops exports, each compared with the CPU kernel, torch/torchvision or known values, or listed as run-only)."),
 ) -> None:
-    """The L1..L5 ladder (import, CUDA, ops load, ops run, train), each level in its own process."""
+    """The L1..L5 ladder (import, CUDA, ops load, ops run, train) in one child process; a crash costs a fresh one."""
     from .commands.ladder_cmds import run_verify
 
     raise typer.Exit(run_verify(levels=levels, as_json=json, expect_gpu=expect_gpu, python=python, timeout=timeout,
-                                model=model, nproc=nproc))
+                                model=model, nproc=nproc, l4=l4))
 
 
 @app.command()

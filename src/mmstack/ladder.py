@@ -1,17 +1,20 @@
-"""The verification ladder, L1..L5, each level in its own child process.
+"""The verification ladder, L1..L5, run in ONE child process, level after level.
 
     L1 import   `import mmcv`: version and location
     L2 CUDA     GPU(s), driver vs torch's CUDA, ext archs (read from the .so) vs the GPU
-    L3 ops load mmcv._ext and mmcv.ops import, every DT_NEEDED library loads; then, in a second
-                child, get_compiler_version / get_compiling_cuda_version / collect_env (they
-                segfault when the ext and torch disagree on compiler/ABI)
-    L4 ops run  roi_align, nms, box_iou_rotated, deform_conv, points_in_boxes against known values,
-                the CPU kernel and torchvision
+    L3 ops load mmcv._ext and mmcv.ops import, every DT_NEEDED library loads; then
+                get_compiler_version / get_compiling_cuda_version / collect_env (they segfault when
+                the ext and torch disagree on compiler/ABI)
+    L4 ops run  quick: roi_align, nms, box_iou_rotated, deform_conv, points_in_boxes against known
+                values, the CPU kernel and torchvision; complete (--l4 complete): every op that
+                mmcv.ops exports, each with what it was compared with (_ladder_ops.py)
     L5 train    a few optimiser steps of a tiny DeformConv2d + RoIAlign model; the loss must fall
 
-A crash (signal), a hang (timeout) or an exception becomes that level's FAIL with a diagnosis
-from `diagnose.RULES`; levels that need it are NOT RUN. Importable with the stdlib alone: facts,
-arch and fatbin (pydantic, pyelftools) are imported only where L2 needs them.
+The child journals each part's start, steps, evidence and result to a file as it goes. A crash
+(signal), a hang (per-part timeout) or an exception becomes that level's FAIL with a diagnosis from
+`diagnose.RULES`, read back from the journal; the levels after it run in a fresh child (only a crash
+pays for a second interpreter); levels that need a failed one are NOT RUN. Importable with the
+stdlib alone: facts, arch and fatbin (pydantic, pyelftools) are imported only where L2 needs them.
 """
 
 from __future__ import annotations
@@ -23,7 +26,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,6 +33,7 @@ from .diagnose import Diagnosis, diagnose
 from .errors import BadInput
 
 LEVELS = ("L1", "L2", "L3", "L4", "L5")
+L4_MODES = ("quick", "complete")
 TITLES = {"L1": "import", "L2": "CUDA", "L3": "ops load", "L4": "ops run", "L5": "train"}
 NEEDS = {"L2": "L1", "L3": "L1", "L4": "L3", "L5": "L4"}
 DEFAULT_TIMEOUT = 300.0
@@ -39,6 +42,9 @@ DETECTOR_MODULE = Path(__file__).with_name("train_detector.py")  # run by path i
 # Run the child by path so the interpreter under test needs no mmstack; drop argv[0].
 _BOOT = "import runpy,sys; p=sys.argv[1]; sys.argv=sys.argv[1:]; runpy.run_path(p, run_name='__main__')"
 _TAIL_LINES = 25
+_POLL_S = 0.02
+# The parts of each level, in the order the child runs them (L5-detector only with --model).
+PARTS = {"L1": ("L1",), "L2": ("L2",), "L3": ("L3", "L3-info"), "L4": ("L4",), "L5": ("L5", "L5-detector")}
 
 
 def parse_levels(text: str | None) -> tuple[str, ...]:
@@ -70,6 +76,8 @@ class ChildRun:
     evidence: dict = field(default_factory=dict)
     errors: list = field(default_factory=list)
     output: str = ""
+    skipped: str | None = None  # ladder mode: the child did not run it (a prerequisite failed)
+    started: float | None = None  # ladder mode: time.time() when the part started
 
     @property
     def signal(self) -> str | None:
@@ -82,7 +90,7 @@ class ChildRun:
 
     @property
     def ok(self) -> bool:
-        return self.returncode == 0 and self.done and not self.timed_out and not self.errors
+        return self.returncode == 0 and self.done and not self.timed_out and not self.errors and not self.skipped
 
     def tail(self, n: int = _TAIL_LINES) -> str:
         return "\n".join(self.output.rstrip().splitlines()[-n:])
@@ -156,6 +164,134 @@ def run_child(mode: str, *, python: str, timeout: float, opts: dict | None = Non
         return run
 
 
+def _journal(path: Path, pos: int, records: list) -> int:
+    """Append the complete JSON lines written since `pos`; return the new position."""
+    with open(path, "rb") as f:
+        f.seek(pos)
+        data = f.read()
+    end = data.rfind(b"\n") + 1
+    for line in data[:end].decode("utf-8", "replace").splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:  # a line cut short by a crash
+            continue
+    return pos + end
+
+
+def _child_once(parts: list[str], *, python: str, timeout: float, opts: dict, env: dict | None,
+                failed: list[str]) -> tuple[dict, dict]:
+    """One child for `parts` (in order): ({part: ChildRun} for each part it started or skipped,
+    {"parts", "seconds", "returncode", ...} about the process). The part it was in when it died or
+    hung gets the crash; parts it never reached are absent."""
+    runs: dict[str, ChildRun] = {}
+    with tempfile.TemporaryDirectory(prefix="mmstack-ladder-") as tmp:
+        journal, log = Path(tmp) / "journal.jsonl", Path(tmp) / "output.txt"
+        journal.touch()
+        child_opts = {**opts, "parts": parts, "failed": failed}
+        cmd = [python, "-c", _BOOT, str(CHILD), "ladder", str(journal), json.dumps(child_opts)]
+        start, wall0 = time.perf_counter(), time.time()
+        with open(log, "wb") as out:
+            try:
+                proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                        start_new_session=True, env=env)
+            except OSError as exc:
+                raise BadInput(f"cannot run {python}: {exc.strerror}", fix="pass a Python interpreter to --python") from None
+            records: list[dict] = []
+            pos, current, since, timed_out = 0, None, wall0, False
+            while True:
+                try:
+                    proc.wait(timeout=_POLL_S)
+                    break
+                except subprocess.TimeoutExpired:
+                    pass
+                seen = len(records)
+                pos = _journal(journal, pos, records)
+                for rec in records[seen:]:  # the timeout runs per part, from the part's start
+                    if "start" in rec:
+                        current, since = rec["part"], rec["start"]
+                    elif rec.get("done") and rec.get("part") == current:
+                        current, since = None, time.time()
+                if time.time() - since > timeout:
+                    timed_out = True
+                    try:
+                        os.killpg(proc.pid, signal.SIGKILL)  # the child's session: it and anything it started
+                    except ProcessLookupError:
+                        pass
+                    proc.wait()
+                    break
+        _journal(journal, pos, records)
+        died_at = time.time()
+        output = log.read_text(encoding="utf-8", errors="replace")
+    info = {"parts": parts, "seconds": round(time.perf_counter() - start, 3), "returncode": proc.returncode,
+            "timed_out": timed_out}
+    for rec in records:
+        part = rec.get("part")
+        if part is None:
+            continue
+        run = runs.get(part)
+        if run is None:
+            run = runs[part] = ChildRun(mode=part, returncode=None, seconds=0.0)
+        if "skipped" in rec:
+            run.skipped = rec["skipped"]
+        if "start" in rec:
+            run.started = rec["start"]
+        if "step" in rec:
+            run.step = rec["step"]
+        run.evidence.update(rec.get("evidence", {}))
+        if "error" in rec:
+            run.errors.append(rec["error"])
+            if "traceback" in rec:
+                run.evidence["traceback"] = rec["traceback"]
+        if rec.get("done"):
+            run.done, run.returncode, run.seconds = True, 0, rec.get("seconds", 0.0)
+    unfinished = [r for r in runs.values() if not r.done and not r.skipped]
+    if not unfinished and len(runs) < len(parts):
+        # died before (or between) parts: charge the first part it did not reach
+        first = next(p for p in parts if p not in runs)
+        unfinished = [runs.setdefault(first, ChildRun(mode=first, returncode=None, seconds=0.0, started=wall0))]
+    for run in unfinished:
+        run.returncode = proc.returncode if not timed_out else -signal.SIGKILL
+        run.timed_out, run.output = timed_out, output
+        run.seconds = round(died_at - (run.started or wall0), 3)
+        if not timed_out and proc.returncode == 0:
+            run.returncode = 1  # exited cleanly without finishing the part: not a pass
+        info["died_in"] = run.mode
+    return runs, info
+
+
+def run_parts(parts: list[str], *, python: str, timeout: float, opts: dict | None = None,
+              env: dict | None = None) -> tuple[dict, list]:
+    """Run `parts` in one child; when it dies or hangs, go on with the rest in a fresh one.
+
+    opts: {"needs": {part: [parts]}, "part_opts": {part: {...}}, "common": {...}}. Returns
+    ({part: ChildRun}, [one dict per child process]).
+    """
+    opts = opts or {}
+    runs: dict[str, ChildRun] = {}
+    children: list[dict] = []
+    remaining = list(parts)
+    needs = opts.get("needs", {})
+    while remaining:
+        failed = [p for p, r in runs.items() if not r.ok]
+        for p in remaining:  # what a failure blocks needs no interpreter
+            blocker = next((n for n in needs.get(p, ()) if n in failed), None)
+            if blocker:
+                runs[p] = ChildRun(mode=p, returncode=None, seconds=0.0, skipped=f"needs {blocker}")
+                failed.append(p)
+        remaining = [p for p in remaining if p not in runs]
+        if not remaining:
+            break
+        got, info = _child_once(remaining, python=python, timeout=timeout, opts=opts, env=env, failed=failed)
+        children.append(info)
+        runs.update(got)
+        if not got:  # nothing at all came back: charge the first part so the loop ends
+            first = remaining[0]
+            runs[first] = ChildRun(mode=first, returncode=info["returncode"], seconds=info["seconds"],
+                                   timed_out=info["timed_out"])
+        remaining = [p for p in remaining if p not in runs]
+    return runs, children
+
+
 # -- levels ------------------------------------------------------------------------------------
 
 
@@ -189,6 +325,7 @@ class LadderResult:
     python: str
     levels: list
     seconds: float
+    timings: dict = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -196,6 +333,7 @@ class LadderResult:
 
     def as_dict(self) -> dict:
         return {"python": self.python, "ok": self.ok, "seconds": self.seconds,
+                "timings": {"levels": {r.level: r.seconds for r in self.levels}, **self.timings},
                 "levels": [r.as_dict() for r in self.levels]}
 
 
@@ -205,9 +343,6 @@ class _Ladder:
         self.python, self.timeout, self.expect_gpu, self.env = python, timeout, expect_gpu, env
         self.models, self.nproc = models, nproc
         self.context: dict = {"python": python, "timeout": timeout}
-
-    def child(self, mode: str, opts: dict | None = None) -> ChildRun:
-        return run_child(mode, python=self.python, timeout=self.timeout, opts=opts, env=self.env)
 
     def learn(self, ev: dict) -> None:
         """Keep what a level found that later diagnoses can name."""
@@ -230,8 +365,7 @@ class _Ladder:
         return LevelResult(level, "FAIL", seconds, evidence, reason, diag)
 
     # L1 ---------------------------------------------------------------------------------------
-    def l1(self) -> LevelResult:
-        run = self.child("L1")
+    def l1(self, run: ChildRun) -> LevelResult:
         self.learn(run.evidence)
         ev = dict(run.evidence)
         if not run.ok:
@@ -241,8 +375,7 @@ class _Ladder:
                            f"mmcv {ev.get('mmcv_version')} from {ev.get('mmcv_file')}")
 
     # L2 ---------------------------------------------------------------------------------------
-    def l2(self) -> LevelResult:
-        run = self.child("L2")
+    def l2(self, run: ChildRun) -> LevelResult:
         self.learn(run.evidence)
         ev = dict(run.evidence)
         if not run.ok:
@@ -266,7 +399,7 @@ class _Ladder:
             ev["load"].update(load.failure())
         if not info.ok:
             ev["info"].update(info.failure())
-        seconds = max(load.seconds, info.seconds)
+        seconds = round(load.seconds + info.seconds, 3)
         linkage = libstdcxx_linkage(ev["load"].get("ext_path"))
         if linkage:
             ev["load"]["libstdcxx"] = linkage
@@ -284,32 +417,33 @@ class _Ladder:
         return result
 
     # L4, L5 -----------------------------------------------------------------------------------
-    def simple(self, level: str) -> LevelResult:
-        run = self.child(level)
+    def simple(self, level: str, run: ChildRun) -> LevelResult:
         self.learn(run.evidence)
         ev = dict(run.evidence)
+        if level == "L4" and ev.get("ops"):
+            ev["coverage"] = l4_coverage(ev)
         if not run.ok:
             ev.update(run.failure())
-            return self.failed(level, [run], ev, run.seconds)
+            result = self.failed(level, [run], ev, run.seconds)
+            bad = [r["op"] for r in ev.get("ops") or [] if r["status"] == "fail"]
+            if bad:
+                result.reason = f"{len(bad)} op(s) failed: {', '.join(bad)}; {_reason(run)}"
+            return result
         if level == "L4":
-            reason = f"5 ops on {ev.get('device')} match known values" + (
-                "" if ev.get("device") == "cpu" else ", the CPU kernels") + (
-                ", torchvision" if not str(ev.get("torchvision", "")).startswith("torchvision not") else
-                "; torchvision not importable, comparison skipped")
+            reason = l4_text(ev)
         else:
             losses = ev.get("losses") or [0, 0]
             reason = f"loss {losses[0]:.4g} -> {losses[-1]:.4g} in {len(losses)} steps on {ev.get('device')}"
         return LevelResult(level, "PASS", run.seconds, ev, reason)
 
-    def l5(self) -> LevelResult:
-        """The tiny DeformConv2d + RoIAlign step; then, when asked, mmdet detectors (--model) and
-        the same step under torchrun with N ranks (--nproc). PASS only if every part passes."""
-        base = self.simple("L5")
+    def l5(self, base_run: ChildRun, run: ChildRun | None) -> LevelResult:
+        """The tiny DeformConv2d + RoIAlign step; then, when asked, mmdet detectors (--model, `run`)
+        and the same step under torchrun with N ranks (--nproc). PASS only if every part passes."""
+        base = self.simple("L5", base_run)
         if not (self.models or self.nproc):
             return base
         parts, evidence, seconds = [base], {"tiny": base.evidence}, base.seconds
-        if self.models:
-            run = self.child("L5-detector", {"module": str(DETECTOR_MODULE), "models": list(self.models)})
+        if self.models and run is not None:
             ev = dict(run.evidence)
             if run.ok:
                 part = LevelResult("L5", "PASS", run.seconds, ev, "; ".join(
@@ -335,6 +469,56 @@ class _Ladder:
         reason = " | ".join(p.reason or "" for p in parts)
         diag = next((p.diagnosis for p in failed if p.diagnosis), None)
         return LevelResult("L5", status, round(seconds, 3), evidence, reason, diag)
+
+
+_QUICK_REFS = (("known", "known values"), ("vs_cpu", "CPU kernel"), ("vs_torchvision", "torchvision"))
+
+
+def l4_coverage(ev: dict) -> dict:
+    """Complete mode's per-op coverage: exported names, ops compared, run-only, skipped (and why)."""
+    ops = ev.get("ops") or []
+    skipped: dict[str, list] = {}
+    for r in ops:
+        if r["status"] == "skip":
+            skipped.setdefault(r.get("reason") or "?", []).append(r["op"])
+    by_ref: dict[str, list] = {}
+    for r in ops:
+        if r["status"] == "pass":
+            by_ref.setdefault(r["reference"], []).append(r["op"])
+    return {"exported": ev.get("exported"), "ops": len(ops),
+            "compared": sum(r["status"] == "pass" for r in ops),
+            "run_only": [r["op"] for r in ops if r["status"] == "run-only"],
+            "failed": [r["op"] for r in ops if r["status"] == "fail"],
+            "skipped": skipped, "compared_by_reference": by_ref}
+
+
+def l4_text(ev: dict) -> str:
+    """L4's PASS text: per op, what it was compared with (issue 17: never a reference that did not run)."""
+    dev = ev.get("device")
+    tv = ev.get("torchvision")
+    tv_note = "" if tv and not str(tv).startswith("torchvision not") else "; torchvision not importable"
+    if ev.get("ops"):
+        cov = ev.get("coverage") or l4_coverage(ev)
+        head = (f"{cov['ops']} ops ({cov['exported']} names exported) on {dev}: {cov['compared']} compared, "
+                f"{len(cov['run_only'])} run-only, {sum(len(v) for v in cov['skipped'].values())} skipped")
+        parts = []
+        for r in ev["ops"]:
+            if r["status"] == "pass":
+                parts.append(f"{r['op']} ({', '.join(r['references'])})")
+        text = head + ". Compared: " + "; ".join(parts)
+        if cov["run_only"]:
+            text += ". Run-only (no reference): " + ", ".join(cov["run_only"])
+        for why, names in cov["skipped"].items():
+            text += f". Skipped ({why}): " + ", ".join(names)
+        return text + tv_note
+    parts = []
+    for op in ("roi_align", "nms", "box_iou_rotated", "deform_conv", "points_in_boxes"):
+        got = ev.get(op)
+        if isinstance(got, dict):
+            refs = [label for key, label in _QUICK_REFS if key in got or (key == "known" and any(
+                k.startswith("known") for k in got))]
+            parts.append(f"{op} ({', '.join(refs) or 'run only'})")
+    return f"{len(parts)} ops on {dev}: " + "; ".join(parts) + tv_note
 
 
 def _reason(run: ChildRun) -> str:
@@ -486,10 +670,11 @@ def decide_cuda(ev: dict, listing: dict, *, expect_gpu: bool) -> tuple[str, str,
 
 def run_ladder(*, levels=LEVELS, python: str | None = None, timeout: float = DEFAULT_TIMEOUT,
                expect_gpu: bool = False, env: dict | None = None, models: tuple[str, ...] = (),
-               nproc: int | None = None) -> LadderResult:
+               nproc: int | None = None, l4: str = "quick") -> LadderResult:
     """Run the requested levels; a level whose prerequisite (when requested) did not pass is NOT RUN.
 
-    `models` (mmdet detectors, train_detector.MODELS) and `nproc` (torchrun ranks) extend L5.
+    `models` (mmdet detectors, train_detector.MODELS) and `nproc` (torchrun ranks) extend L5;
+    `l4` is "quick" (five ops) or "complete" (every op mmcv.ops exports).
     """
     if (models or nproc) and "L5" not in levels:
         raise BadInput("--model/--nproc extend L5, which --levels leaves out", source="command line",
@@ -497,44 +682,60 @@ def run_ladder(*, levels=LEVELS, python: str | None = None, timeout: float = DEF
     if nproc is not None and nproc < 1:
         raise BadInput(f"--nproc {nproc}: expected 1 or more processes", source="command line",
                        fix="pass --nproc 1 or more")
+    if l4 not in L4_MODES:
+        raise BadInput(f"--l4 {l4!r}: unknown mode", source="command line", fix="use --l4 quick or --l4 complete")
     python = python or sys.executable
     start = time.perf_counter()
     ladder = _Ladder(python=python, timeout=timeout, expect_gpu=expect_gpu, env=env, models=tuple(models), nproc=nproc)
     wanted = set(levels)
     done: dict[str, LevelResult] = {}
 
-    def blocked(level: str) -> LevelResult | None:
+    def prerequisite(level: str) -> str | None:
         need = NEEDS.get(level)
         while need and need not in wanted:  # a prerequisite that was not requested does not block
             need = NEEDS.get(need)
+        return need
+
+    def blocked(level: str) -> LevelResult | None:
+        need = prerequisite(level)
         if need and done[need].status not in ("PASS", "SKIP"):
             return LevelResult(level, "NOT RUN", reason=f"needs {need}, which {_verb(done[need].status)}")
         return None
 
-    if "L1" in wanted:
-        done["L1"] = ladder.l1()
-    # L2 and both L3 children need only L1: run them side by side.
-    jobs = {}
-    with ThreadPoolExecutor(max_workers=3) as pool:
-        for level in ("L2", "L3"):
-            if level in wanted:
-                stop = blocked(level)
-                if stop:
-                    done[level] = stop
-                elif level == "L2":
-                    jobs["L2"] = pool.submit(ladder.l2)
-                else:
-                    jobs["L3"] = (pool.submit(ladder.child, "L3"), pool.submit(ladder.child, "L3-info"))
-        if "L2" in jobs:
-            done["L2"] = jobs["L2"].result()
-        if "L3" in jobs:
-            done["L3"] = ladder.l3(jobs["L3"][0].result(), jobs["L3"][1].result())
-    if "L4" in wanted:
-        done["L4"] = blocked("L4") or ladder.simple("L4")
-    if "L5" in wanted:
-        done["L5"] = blocked("L5") or ladder.l5()
+    parts = [p for lv in LEVELS if lv in wanted for p in PARTS[lv] if p != "L5-detector" or models]
+    needs = {p: list(PARTS[prerequisite(p.split("-")[0])]) for p in parts if prerequisite(p.split("-")[0])}
+    part_opts = {"L4": {"l4": l4}}
+    if models:
+        part_opts["L5-detector"] = {"module": str(DETECTOR_MODULE), "models": list(models)}
+    runs, children = run_parts(parts, python=python, timeout=timeout, env=env,
+                               opts={"needs": needs, "part_opts": part_opts})
+
+    def missing(level: str) -> LevelResult:
+        why = next((r.skipped for p in PARTS[level] if (r := runs.get(p)) and r.skipped), None)
+        return LevelResult(level, "NOT RUN", reason=why or "the child did not reach it")
+
+    for level in LEVELS:
+        if level not in wanted:
+            continue
+        stop = blocked(level)
+        if stop is not None:
+            done[level] = stop
+        elif any(runs.get(p) is None or runs[p].skipped for p in PARTS[level] if p in parts):
+            done[level] = missing(level)
+        elif level == "L1":
+            done[level] = ladder.l1(runs["L1"])
+        elif level == "L2":
+            done[level] = ladder.l2(runs["L2"])
+        elif level == "L3":
+            done[level] = ladder.l3(runs["L3"], runs["L3-info"])
+        elif level == "L4":
+            done[level] = ladder.simple("L4", runs["L4"])
+        else:
+            done[level] = ladder.l5(runs["L5"], runs.get("L5-detector"))
     results = [done[lv] for lv in LEVELS if lv in done]
-    return LadderResult(python=python, levels=results, seconds=round(time.perf_counter() - start, 3))
+    timings = {"interpreters": len(children), "children": children,
+               "parts": {p: r.seconds for p, r in runs.items() if not r.skipped}}
+    return LadderResult(python=python, levels=results, seconds=round(time.perf_counter() - start, 3), timings=timings)
 
 
 def _verb(status: str) -> str:

@@ -29,6 +29,9 @@ class Variant:
     arch_list: str  # canonical ("8.9", "5.0;...;12.0+PTX") or "none"
     arch_tag: str  # "cpu", "sm89", "all"
     envs: tuple[str, ...] = field(default=())  # generations whose environment takes this build
+    # zipped with cuda_compiler_version (conda-forge: 2.17, 2.28 for CUDA 13.0); a job that
+    # overrides the CUDA keys must override this one too, or the zip group has unequal lengths
+    c_stdlib_version: str | None = None
 
     @property
     def build_string_prefix(self) -> str:
@@ -65,13 +68,16 @@ class Variant:
 
     def variant_keys(self) -> dict:
         """The keys as rattler-build sees them (for `--variant` overrides)."""
-        return {
+        keys = {
             "python": self.python,
             "pytorch": self.pytorch,
             "cuda_compiler_version": self.cuda or "None",
             "mmcv_arch_list": self.arch_list if self.cuda else "none",
             "arch_tag": self.arch_tag,
         }
+        if self.c_stdlib_version is not None:
+            keys["c_stdlib_version"] = self.c_stdlib_version
+        return keys
 
 
 def read_config(path: Path) -> list[dict]:
@@ -139,10 +145,11 @@ def _variant(facts: Facts, c: dict) -> tuple[Variant | None, str | None]:
     tag = str(c["arch_tag"])
     raw_list = str(c["mmcv_arch_list"])
     label = f"cuda_compiler_version={cuda or 'None'} mmcv_arch_list={raw_list!r} arch_tag={tag!r}"
+    stdlib = str(c["c_stdlib_version"]) if "c_stdlib_version" in c else None
     if cuda is None:
         if raw_list.lower() != "none" or tag != CPU_TAG:
             return None, f"{label}: the CPU variant needs mmcv_arch_list 'none' and arch_tag 'cpu'"
-        return Variant(str(c["python"]), str(c["pytorch"]), None, "none", CPU_TAG), None
+        return Variant(str(c["python"]), str(c["pytorch"]), None, "none", CPU_TAG, c_stdlib_version=stdlib), None
     try:
         facts.toolkit(cuda)
         targets = archmod.parse_arch_list(raw_list, where="mmcv_arch_list")
@@ -155,7 +162,8 @@ def _variant(facts: Facts, c: dict) -> tuple[Variant | None, str | None]:
     expected = FAT_TAG if tag == FAT_TAG else arch_tag_for(targets)
     if tag != expected:
         return None, f"{label}: arch_tag should be {expected!r}"
-    return Variant(str(c["python"]), str(c["pytorch"]), cuda, archmod.format_arch_list(targets), tag), None
+    return Variant(str(c["python"]), str(c["pytorch"]), cuda, archmod.format_arch_list(targets), tag,
+                   c_stdlib_version=stdlib), None
 
 
 def arch_tag_for(targets) -> str:
@@ -176,7 +184,7 @@ def _with_envs(facts: Facts, v: Variant) -> Variant:
         cc = archmod.parse_arch(gen.compute_capability)
         if archmod.coverage(cc, v.targets).coverage is archmod.Coverage.NATIVE:
             envs.append(gen.env)
-    return Variant(v.python, v.pytorch, v.cuda, v.arch_list, v.arch_tag, tuple(envs))
+    return Variant(v.python, v.pytorch, v.cuda, v.arch_list, v.arch_tag, tuple(envs), v.c_stdlib_version)
 
 
 def load_matrix(facts: Facts, path: Path) -> list[Variant]:

@@ -13,8 +13,16 @@ that are:
   conda-forge style `cpu_generic_py311_h..._0` build string, `opencv-python-headless` ->
   `py-opencv`, ...): pure wheels as `noarch: python`, binary ones as linux-64 with `python_abi`.
 - stub compiler packages `gcc_linux-64`, `gxx_linux-64` whose activation scripts point CC/CXX at
-  the system gcc/g++, and a stub `sysroot_linux-64` carrying conda-forge's `__glibc` run-export.
-  They exist so `${{ compiler('c') }}` and `${{ stdlib('c') }}` resolve; they are not compilers.
+  the system gcc/g++, and stub `sysroot_linux-64` 2.17 and 2.28 carrying conda-forge's `__glibc`
+  run-export. They exist so `${{ compiler('c') }}` and `${{ stdlib('c') }}` resolve; they are not
+  compilers.
+- `pytorch` carries conda-forge's run_exports (`pytorch >=X.Y,<X.Y+1`, pin_subpackage max_pin
+  x.x), so a recipe that takes pytorch in host gets its run requirement the conda-forge way.
+
+Every package's summary starts with "STAND-IN", and a test result that used this channel says so.
+Not here: torchvision (PyPI's x86_64 wheels are CUDA builds that do not load beside the CPU torch
+wheel, and there is no sdist); builds against this channel set MMSTACK_NO_TORCHVISION=1, which
+drops it from the mmcv recipe's test requirements.
 
 Nothing here is a product default: `mmstack build` keeps using conda-forge.
 
@@ -51,7 +59,11 @@ PY_PIN = f"python >={PY},<{sys.version_info.major}.{sys.version_info.minor + 1}.
 # The CPU torch wheel comes from a local file (download.pytorch.org may be unreachable; PyPI's
 # `torch` is the CUDA build, ~900 MB). MMSTACK_TEST_TORCH_WHEEL names another one.
 TORCH_WHEEL_GLOB = f"/opt/wheels/torch-*+cpu-cp{PY_TAG}-cp{PY_TAG}-*.whl"
-SYSROOT_VERSION = "2.28"  # conda-forge's c_stdlib_version for CUDA 12.x / pytorch 2.x builds
+# conda-forge's c_stdlib_version values: 2.17 in general, 2.28 for CUDA 13.0 (conda_build_config.yaml)
+SYSROOT_VERSIONS = ("2.17", "2.28")
+# Set while building against this channel: the mmcv recipe then leaves torchvision out of its tests.
+NO_TORCHVISION_ENV = "MMSTACK_NO_TORCHVISION"
+SUMMARY = "STAND-IN (mmstack tests/support/bootstrap.py, not conda-forge's)"
 STAMP = datetime(2026, 1, 1, tzinfo=timezone.utc)  # fixed timestamps: reproducible packages
 Log = Callable[[str], None]
 
@@ -91,8 +103,9 @@ WHEELS: tuple[Wheel, ...] = (
     Wheel("typing-extensions", "4.16.0", conda="typing_extensions"),
     # mmcv's run requirements (requirements/runtime.txt) and theirs
     Wheel("addict", "2.4.0"),
-    # conda-forge builds mmengine with MMENGINE_LITE=1: no matplotlib/opencv requirement.
-    Wheel("mmengine", "0.10.7",
+    # conda-forge builds mmengine with MMENGINE_LITE=1: the distribution is mmengine-lite (what pip
+    # check sees), the conda package mmengine, no matplotlib/opencv requirement.
+    Wheel("mmengine-lite", "0.10.7", conda="mmengine",
           depends=("addict", "numpy", "packaging", "pyyaml", "rich", "termcolor", "yapf")),
     Wheel("numpy", "2.4.6"),
     Wheel("opencv-python-headless", "5.1.0.95", conda="py-opencv", depends=("numpy >=2",)),
@@ -166,8 +179,11 @@ def bootstrap_channel(*, cache_root: Path = CACHE_ROOT, log: Log = print) -> Pat
         for wheel in WHEELS:
             repack_wheel(wheels[wheel.pypi], wheel, channel, work / "stage", log=log)
         torch = Wheel(TORCH.pypi, _wheel_version(torch_wheel), TORCH.conda, TORCH.depends)
-        repack_wheel(torch_wheel, torch, channel, work / "stage", log=log,
-                     build_string=f"cpu_generic_py{PY_TAG}_h{_short_hash(torch_wheel.name)}_0")
+        major, minor = torch.version.split(".")[:2]
+        pkg = repack_wheel(torch_wheel, torch, channel, work / "stage", log=log,
+                           build_string=f"cpu_generic_py{PY_TAG}_h{_short_hash(torch_wheel.name)}_0")
+        # pytorch-cpu-feedstock: run_exports: pin_subpackage('pytorch', max_pin='x.x')
+        add_run_exports(pkg, {"weak": [f"pytorch >={major}.{minor}.0,<{major}.{int(minor) + 1}.0a0"]})
         index(channel)
         try:
             channel.rename(target)
@@ -250,7 +266,7 @@ def repack_wheel(whl: Path, wheel: Wheel, channel: Path, stage_root: Path, *, lo
     out = rattler_build.assemble_package(
         name=wheel.name, version=wheel.version, target_platform=subdir, build_string=build_string,
         output_dir=channel / subdir, files_dir=stage, depends=depends,
-        noarch="python" if pure else None, summary=f"TEST SUPPORT: PyPI wheel {whl.name} repacked",
+        noarch="python" if pure else None, summary=f"{SUMMARY}: PyPI wheel {whl.name} repacked",
         compression_level=1, timestamp=STAMP,
     )
     shutil.rmtree(stage, ignore_errors=True)
@@ -281,7 +297,7 @@ def build_python(channel: Path, recipes: Path, *, log: Log = print) -> None:
     rattler_build.assemble_package(
         name="python_abi", version=PY, target_platform="linux-64", build_string=f"8_cp{PY_TAG}",
         output_dir=channel / "linux-64", files_dir=empty, constrains=[f"python {PY}.* *_cpython"],
-        summary="TEST SUPPORT: python_abi", timestamp=STAMP,
+        summary=f"{SUMMARY}: python_abi", timestamp=STAMP,
     )
 
 
@@ -290,9 +306,36 @@ def build_stubs(channel: Path, recipes: Path, *, gcc: str, gxx: str, log: Log = 
     version = system_gcc_version()
     recipe_dir = recipes / "stubs"
     recipe_dir.mkdir(parents=True)
-    (recipe_dir / "recipe.yaml").write_text(_STUBS_RECIPE.format(
-        gcc=gcc, gxx=gxx, gcc_version=version, sysroot=SYSROOT_VERSION))
+    sysroots = "".join(_SYSROOT_OUTPUT.format(sysroot=v) for v in SYSROOT_VERSIONS)
+    (recipe_dir / "recipe.yaml").write_text(_STUBS_RECIPE.format(gcc=gcc, gxx=gxx, gcc_version=version) + sysroots)
     _build_recipe(recipe_dir, channel, log=log)
+
+
+def add_run_exports(pkg: Path, run_exports: dict) -> None:
+    """Add info/run_exports.json to a .conda (assemble_package cannot): what rattler-build reads
+    from a host dependency to extend the run requirements of the package it builds."""
+    import io
+    import tarfile
+
+    import zstandard
+
+    tmp = pkg.with_suffix(".tmp")
+    with zipfile.ZipFile(pkg) as src, zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_STORED) as dst:
+        for item in src.infolist():
+            data = src.read(item)
+            if item.filename.startswith("info-") and item.filename.endswith(".tar.zst"):
+                raw = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data)).read()
+                out = io.BytesIO()
+                with tarfile.open(fileobj=io.BytesIO(raw)) as tin, tarfile.open(fileobj=out, mode="w") as tout:
+                    for member in tin.getmembers():
+                        tout.addfile(member, tin.extractfile(member) if member.isfile() else None)
+                    body = json.dumps(run_exports).encode()
+                    info = tarfile.TarInfo("info/run_exports.json")
+                    info.size, info.mtime, info.mode = len(body), int(STAMP.timestamp()), 0o644
+                    tout.addfile(info, io.BytesIO(body))
+                data = zstandard.ZstdCompressor(level=3).compress(out.getvalue())
+            dst.writestr(item, data)
+    tmp.replace(pkg)
 
 
 def _build_recipe(recipe_dir: Path, channel: Path, *, log: Log) -> None:
@@ -336,7 +379,7 @@ requirements:
     weak:
       - python_abi {py}.* *_cp{py_tag}
 about:
-  summary: "TEST SUPPORT: CPython {version} from {src}"
+  summary: "STAND-IN (mmstack tests/support/bootstrap.py): CPython {version} from {src}"
   license: Python-2.0
 """
 
@@ -387,6 +430,8 @@ outputs:
           export CC="{gcc}"
           export CC_FOR_BUILD="{gcc}"
           EOF
+    about:
+      summary: "STAND-IN (mmstack tests/support/bootstrap.py): activation pointing CC at {gcc}"
   - package:
       name: gxx_linux-64
       version: "{gcc_version}"
@@ -404,6 +449,11 @@ outputs:
     requirements:
       run:
         - gcc_linux-64 =={gcc_version}
+    about:
+      summary: "STAND-IN (mmstack tests/support/bootstrap.py): activation pointing CXX at {gxx}"
+"""
+
+_SYSROOT_OUTPUT = """\
   - package:
       name: sysroot_linux-64
       version: "{sysroot}"
@@ -414,12 +464,14 @@ outputs:
       script:
         content: |
           mkdir -p "$PREFIX/share/mmstack-test-stubs"
-          echo "TEST SUPPORT ONLY: no sysroot; the system glibc is used" \\
+          echo "STAND-IN (mmstack tests): no sysroot; the system glibc is used" \\
             > "$PREFIX/share/mmstack-test-stubs/sysroot_linux-64.txt"
     requirements:
       run_exports:
         strong:
           - __glibc >={sysroot},<3.0.a0
+    about:
+      summary: "STAND-IN (mmstack tests/support/bootstrap.py): sysroot_linux-64 {sysroot}"
 """
 
 

@@ -24,11 +24,12 @@ def parse_models(text: str | None) -> tuple[str, ...]:
 
 
 def run_verify(*, levels: str | None, as_json: bool, expect_gpu: bool, python: str | None,
-               timeout: float = DEFAULT_TIMEOUT, model: str | None = None, nproc: int | None = None) -> int:
+               timeout: float = DEFAULT_TIMEOUT, model: str | None = None, nproc: int | None = None,
+               l4: str = "quick") -> int:
     """Exit 0 when every requested level passes or skips for a stated reason, 1 otherwise."""
     models = parse_models(model)
     result = run_ladder(levels=parse_levels(levels), python=python, timeout=timeout, expect_gpu=expect_gpu,
-                        models=models, nproc=nproc)
+                        models=models, nproc=nproc, l4=l4)
     if as_json:
         report.print_json(result.as_dict())
     else:

@@ -1,0 +1,76 @@
+"""Regenerate render.json: the real conda-build's render of recipes/mmcv/meta.yaml, every variant.
+
+Run with a Python that has conda and conda-build installed (not the project's venv: conda-build is
+not a dependency of mmstack), from the repository root:
+
+    CONDARC=/dev/null python tests/data/conda_build_render/make_fixture.py
+
+conda_build.api.render(..., bypass_env_check=True, finalize=False): no channel is asked for
+anything, so the requirements are the recipe's as written (variant pins of bare names and
+run_exports are applied only at finalize, by a solve). py-rattler-build's render (no solve either)
+is compared against this file by tests/test_build_render.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+RECIPE = ROOT / "recipes" / "mmcv"
+CONFIG = ROOT / "conda_build_config.yaml"
+OUT = Path(__file__).with_name("render.json")
+KEYS = ("python", "cuda_compiler_version", "c_stdlib_version", "mmcv_arch_list", "arch_tag", "pytorch")
+
+
+def main() -> int:
+    import conda
+    import conda_build
+    from conda_build import api
+    from conda_build.config import Config
+
+    config = Config(variant_config_files=[str(CONFIG)], exclusive_config_files=[], platform="linux", arch="64",
+                    verbose=False)
+    rendered = api.render(str(RECIPE), config=config, bypass_env_check=True, finalize=False)
+    variants = []
+    for m, _, _ in rendered:
+        reqs = m.get_section("requirements")
+        test = m.get_section("test")
+        variants.append({
+            "variant": {k: str(m.config.variant[k]) for k in KEYS if k in m.config.variant},
+            "name": m.name(),
+            "version": m.version(),
+            "build_string": m.build_id(),
+            "build_number": int(m.build_number()),
+            "requirements": {s: [" ".join(str(x).split()) for x in reqs.get(s) or []]
+                             for s in ("build", "host", "run", "run_constrained")},
+            "ignore_run_exports_from": list(m.get_value("build/ignore_run_exports_from") or []),
+            "script_env": list(m.get_value("build/script_env") or []),
+            "test_requires": list(test.get("requires") or []),
+            "test_imports": list(test.get("imports") or []),
+            "test_commands": list(test.get("commands") or []),
+            "license": m.get_value("about/license"),
+            "license_file": m.get_value("about/license_file"),
+        })
+    variants.sort(key=lambda v: (v["variant"]["python"], v["build_string"]))
+    doc = {
+        "generated_by": "CONDARC=/dev/null python tests/data/conda_build_render/make_fixture.py",
+        "call": "conda_build.api.render('recipes/mmcv', config=Config(variant_config_files=["
+                "'conda_build_config.yaml'], platform='linux', arch='64'), bypass_env_check=True, finalize=False)",
+        "channel": "none: finalize=False solves nothing (run_exports and variant pins of bare names not applied)",
+        "conda_build": conda_build.__version__,
+        "conda": conda.__version__,
+        "python": sys.version.split()[0],
+        "inputs_sha256": {p.relative_to(ROOT).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+                          for p in (RECIPE / "meta.yaml", CONFIG)},
+        "variants": variants,
+    }
+    OUT.write_text(json.dumps(doc, indent=1) + "\n")
+    print(f"{OUT}: {len(variants)} variants")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
