@@ -641,5 +641,18 @@ def main(argv: list[str]) -> int:
     return 0
 
 
+def _exit_now(code: int) -> None:
+    """Leave without Python's finalisation: the journal is complete and flushed, and tearing down
+    torch + mmcv + mmengine takes 1.2-2 s of a 2-core machine (torch 2.13 alone 1.2 s), more than
+    any level but L1. A crash that would happen only while the interpreter shuts down is therefore
+    not seen; every level's own work is."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001 - a closed stream has nothing left to lose
+            pass
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    _exit_now(main(sys.argv))

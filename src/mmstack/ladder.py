@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -179,7 +180,7 @@ def _journal(path: Path, pos: int, records: list) -> int:
 
 
 def _child_once(parts: list[str], *, python: str, timeout: float, opts: dict, env: dict | None,
-                failed: list[str]) -> tuple[dict, dict]:
+                failed: list[str], on_record=None) -> tuple[dict, dict]:
     """One child for `parts` (in order): ({part: ChildRun} for each part it started or skipped,
     {"parts", "seconds", "returncode", ...} about the process). The part it was in when it died or
     hung gets the crash; parts it never reached are absent."""
@@ -207,6 +208,8 @@ def _child_once(parts: list[str], *, python: str, timeout: float, opts: dict, en
                 seen = len(records)
                 pos = _journal(journal, pos, records)
                 for rec in records[seen:]:  # the timeout runs per part, from the part's start
+                    if on_record is not None:
+                        on_record(rec)
                     if "start" in rec:
                         current, since = rec["part"], rec["start"]
                     elif rec.get("done") and rec.get("part") == current:
@@ -260,7 +263,7 @@ def _child_once(parts: list[str], *, python: str, timeout: float, opts: dict, en
 
 
 def run_parts(parts: list[str], *, python: str, timeout: float, opts: dict | None = None,
-              env: dict | None = None) -> tuple[dict, list]:
+              env: dict | None = None, on_record=None) -> tuple[dict, list]:
     """Run `parts` in one child; when it dies or hangs, go on with the rest in a fresh one.
 
     opts: {"needs": {part: [parts]}, "part_opts": {part: {...}}, "common": {...}}. Returns
@@ -281,7 +284,8 @@ def run_parts(parts: list[str], *, python: str, timeout: float, opts: dict | Non
         remaining = [p for p in remaining if p not in runs]
         if not remaining:
             break
-        got, info = _child_once(remaining, python=python, timeout=timeout, opts=opts, env=env, failed=failed)
+        got, info = _child_once(remaining, python=python, timeout=timeout, opts=opts, env=env, failed=failed,
+                                on_record=on_record)
         children.append(info)
         runs.update(got)
         if not got:  # nothing at all came back: charge the first part so the loop ends
@@ -343,6 +347,23 @@ class _Ladder:
         self.python, self.timeout, self.expect_gpu, self.env = python, timeout, expect_gpu, env
         self.models, self.nproc = models, nproc
         self.context: dict = {"python": python, "timeout": timeout}
+        # What the parent reads from mmcv's _ext (fatbin archs, libstdc++ linkage), started in a
+        # thread as soon as the child names the file, so it overlaps the child's later levels.
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mmstack-ext")
+        self._ext: dict = {}
+
+    def saw(self, record: dict) -> None:
+        """A journal record, as the child writes it: start reading the ext it names."""
+        path = (record.get("evidence") or {}).get("ext_path")
+        if path and path not in self._ext:
+            self._ext[path] = self._pool.submit(_ext_facts, path)
+
+    def ext(self, path: str | None) -> dict:
+        if not path:
+            return {"listing": _ext_listing(None), "linkage": None}
+        if path not in self._ext:
+            self.saw({"evidence": {"ext_path": path}})
+        return self._ext[path].result()
 
     def learn(self, ev: dict) -> None:
         """Keep what a level found that later diagnoses can name."""
@@ -354,11 +375,11 @@ class _Ladder:
             self.context.update(gpu=devices[0]["name"], cc=devices[0]["compute_capability"])
             major, minor = devices[0]["compute_capability"].split(".")
             self.context["sm"] = f"sm_{major}{minor}"
-        _facts_context(self.context)
 
     def failed(self, level: str, runs: list[ChildRun], evidence: dict, seconds: float,
                facts: tuple[str, ...] = ()) -> LevelResult:
         bad = next(r for r in runs if not r.ok)
+        _facts_context(self.context)  # only a diagnosis needs the facts (pydantic): none when all pass
         context = {**self.context, "step": bad.step, "signal": bad.signal}
         diag = diagnose("\n".join([bad.failure_text(level, self.timeout), *facts]), context)
         reason = _reason(bad)
@@ -381,12 +402,14 @@ class _Ladder:
         if not run.ok:
             ev.update(run.failure())
             return self.failed("L2", [run], ev, run.seconds)
-        listing = _ext_listing(ev.get("ext_path"))
+        listing = self.ext(ev.get("ext_path"))["listing"]
         ev["ext_archs"] = listing
         status, reason, problem, extra = decide_cuda(ev, listing, expect_gpu=self.expect_gpu)
         ev.update(extra)
         if extra.get("driver_needed"):
             self.context["driver_needed"] = extra["driver_needed"]
+        if problem:
+            _facts_context(self.context)
         diag = diagnose(f"level=L2\n{problem}", self.context) if problem else None
         return LevelResult("L2", status, run.seconds, ev, reason, diag)
 
@@ -400,7 +423,7 @@ class _Ladder:
         if not info.ok:
             ev["info"].update(info.failure())
         seconds = round(load.seconds + info.seconds, 3)
-        linkage = libstdcxx_linkage(ev["load"].get("ext_path"))
+        linkage = self.ext(ev["load"].get("ext_path"))["linkage"] if ev["load"].get("ext_path") else None
         if linkage:
             ev["load"]["libstdcxx"] = linkage
         static = linkage == "static"
@@ -583,6 +606,10 @@ def libstdcxx_linkage(path: str | None) -> str | None:
     return "static" if locale else "none"
 
 
+def _ext_facts(path: str) -> dict:
+    return {"listing": _ext_listing(path), "linkage": libstdcxx_linkage(path)}
+
+
 def _ext_listing(ext_path: str | None) -> dict:
     if not ext_path:
         return {"error": "mmcv._ext not found"}
@@ -708,7 +735,7 @@ def run_ladder(*, levels=LEVELS, python: str | None = None, timeout: float = DEF
     if models:
         part_opts["L5-detector"] = {"module": str(DETECTOR_MODULE), "models": list(models)}
     runs, children = run_parts(parts, python=python, timeout=timeout, env=env,
-                               opts={"needs": needs, "part_opts": part_opts})
+                               opts={"needs": needs, "part_opts": part_opts}, on_record=ladder.saw)
 
     def missing(level: str) -> LevelResult:
         why = next((r.skipped for p in PARTS[level] if (r := runs.get(p)) and r.skipped), None)
@@ -732,6 +759,7 @@ def run_ladder(*, levels=LEVELS, python: str | None = None, timeout: float = DEF
             done[level] = ladder.simple("L4", runs["L4"])
         else:
             done[level] = ladder.l5(runs["L5"], runs.get("L5-detector"))
+    ladder._pool.shutdown(wait=False)
     results = [done[lv] for lv in LEVELS if lv in done]
     timings = {"interpreters": len(children), "children": children,
                "parts": {p: r.seconds for p, r in runs.items() if not r.skipped}}
