@@ -71,13 +71,21 @@ TV=$("$PY" -c 'import torch; print(".".join(torch.__version__.split(".")[:2]))' 
 CV=$("$PY" -c 'import torch; print(".".join(torch.version.cuda.split(".")[:2]))' 2>/dev/null)
 GCCMAJOR=$(gcc -dumpversion | cut -d. -f1)
 VARIANT=(--variant "python=$PYV" --variant "pytorch=$TV" --variant "cuda_compiler_version=$CV")
+# the matrix's c_stdlib_version for this CUDA (zipped with cuda_compiler_version: 2.28 for 13.0)
+CSTD=$("$PY" -c 'import sys, yaml
+c = yaml.safe_load(open(sys.argv[1])); cv = [str(x) for x in c["cuda_compiler_version"]]
+s = c.get("c_stdlib_version", [])
+print(s[cv.index(sys.argv[2])] if len(s) == len(cv) and sys.argv[2] in cv else "")' "$ROOT/conda_build_config.yaml" "$CV")
+[[ -n "$CSTD" ]] && VARIANT+=(--variant "c_stdlib_version=$CSTD")
+# the recipe's tests take torchvision (L4's references) unless the channel cannot have it
+"$PY" -c 'import torchvision' 2>/dev/null || export MMSTACK_NO_TORCHVISION=1
 if grep -q '^c_compiler_version' "$ROOT/conda_build_config.yaml"; then
   VARIANT+=(--variant "c_compiler_version=$GCCMAJOR" --variant "cxx_compiler_version=$GCCMAJOR")
 fi
 { nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv,noheader
   nvcc --version | tail -2; echo "nvcc: $(readlink -f "$(command -v nvcc)")"; gcc --version | head -1
   "$PY" -c 'import sys, torch; print(sys.version.split()[0], sys.executable, sys._base_executable, torch.__version__, torch.version.cuda)'
-  echo "cores: $(nproc)"; echo "variant: ${VARIANT[*]}"; git -C "$ROOT" log -1 --oneline 2>/dev/null || cat "$ROOT/.gpu-commit" 2>/dev/null
+  echo "cores: $(nproc)"; echo "variant: ${VARIANT[*]}"; echo "MMSTACK_NO_TORCHVISION=${MMSTACK_NO_TORCHVISION:-}"; git -C "$ROOT" log -1 --oneline 2>/dev/null || cat "$ROOT/.gpu-commit" 2>/dev/null
 } > "$RES/machine.txt" 2>&1
 status "start: python $PYV torch $TV cuda $CV gcc $GCCMAJOR"
 

@@ -49,7 +49,7 @@ def test_variant_overrides_render_one_build_per_build_string():
     from mmstack import build
 
     overrides = {"python": "3.12", "pytorch": "2.11", "cuda_compiler_version": "13.0",
-                 "mmcv_arch_list": "8.0+PTX", "arch_tag": "sm80ptx"}
+                 "mmcv_arch_list": "8.0+PTX", "arch_tag": "sm80ptx", "c_stdlib_version": "2.28"}
     rendered = build.render(recipe_dir=ROOT / "recipes" / "mmcv", variant_config=ROOT / "conda_build_config.yaml",
                             overrides=overrides)
     strings = {v.recipe.build.string for v in rendered}

@@ -11,11 +11,13 @@ indexing are reused here):
   bin/pythonX.Y plus `pyvenv.cfg` pointing at the base, so the stdlib, headers and sysconfig are the
   base's own. Works for a distribution's patched /usr python (Debian/Ubuntu: dist-packages
   schemes), which cannot be copied into a prefix. Only runs on this machine. Plus `python_abi`.
-- `pytorch` (build string `cuda130_standin_py312_h…`): the installed torch, repacked file by file
-  from its installed RECORD, and every `nvidia-*`/`cuda-*` distribution it requires (cuBLAS, cuDNN,
-  NCCL, ...), each repacked the same way under its PyPI name. triton is left out (mmcv and mmdet
-  do not use torch.compile). An activation script exports CF_TORCH_CUDA_ARCH_LIST as conda-forge's
-  pytorch does, derived from torch.cuda.get_arch_list().
+- `libtorch`: the installed torch, repacked file by file from its installed RECORD, and every
+  `nvidia-*`/`cuda-*`/`triton` distribution it requires (cuBLAS, cuDNN, NCCL, ...), each repacked
+  the same way under its PyPI name; `pytorch` (build string `cuda130_standin_py312_h…`) on top,
+  with conda-forge's run_exports (`pytorch >=X.Y,<X.Y+1`) and an activation script exporting
+  CF_TORCH_CUDA_ARCH_LIST (from torch.cuda.get_arch_list()) as conda-forge's pytorch does; the
+  installed torchvision, if any, as `torchvision`. Installed distributions depend on what their
+  own metadata requires (under this channel's names), so `pip check` holds in any environment.
 - the CUDA toolkit nvcc belongs to, laid out as conda-forge lays it out (`targets/x86_64-linux`):
   `cuda-nvcc-tools` (nvcc, ptxas, nvvm, headers), `cuda-nvcc_linux-64` (activation behaving like
   conda-forge's: -ccbin=$CXX, the host prefix's targets dir on nvcc's and the C/C++ compilers'
@@ -56,8 +58,11 @@ from support.bootstrap import PY, PY_ABI, PY_PIN, PY_TAG, STAMP, BootstrapUnavai
 
 STAND_IN = "STAND-IN (mmstack tests/support/bootstrap_cuda.py)"
 TARGETS = "targets/x86_64-linux"
-# torch requirements left out of the stand-in pytorch (see the module docstring).
-LEFT_OUT = {"triton"}
+# torch requirements left out of the stand-in pytorch (none: pip check in the recipe's tests
+# sees every requirement of torch's metadata).
+LEFT_OUT: set[str] = set()
+# What torch requires that is repacked with it (the rest comes from bootstrap.WHEELS).
+TORCH_CLOSURE = ("nvidia-", "cuda-", "triton")
 # conda-forge -dev package -> the nvidia-* distribution whose headers it carries
 DEV_FROM_WHEEL = {
     "libcublas-dev": "nvidia-cublas",
@@ -110,7 +115,7 @@ def build_channel(dest: Path, *, wheel_dir: Path | None = None, log: Log = print
         step("python", build_python_venv, channel, work / "py")
         step("compiler stubs", build_compiler_stubs, channel, work / "recipes")
         step("wheels", repack_wheels, channel, work / "stage", wheel_dir=wheel_dir, log=log)
-        cuda_dists = step("pytorch", repack_torch, channel, work / "stage", cuda_version=cuda_version, log=log)
+        cuda_dists = step("pytorch", repack_torch, channel, work / "stage", work / "recipes", cuda_version=cuda_version, log=log)
         step("cuda toolkit", build_toolkit, channel, work / "recipes", toolkit=toolkit, cuda_version=cuda_version)
         step("cuda dev", build_dev_packages, channel, toolkit=toolkit, cuda_version=cuda_version)
         step("index", bootstrap.index, channel)
@@ -186,11 +191,13 @@ def build_python_venv(channel: Path, work: Path) -> None:
 def repack_wheels(channel: Path, stage: Path, *, wheel_dir: Path | None, log: Log = print) -> list[str]:
     """Every bootstrap.WHEELS entry: installed here -> repacked from its RECORD, else a carried wheel."""
     missing, done = [], []
+    torch_dist = _dist("torch")
+    known = _known_names(cuda_closure(torch_dist) if torch_dist else [])
     for wheel in bootstrap.WHEELS:
         dist = _dist(wheel.pypi)
         if dist is not None:
-            # the installed set is consistent as pip resolved it: keep the names, drop the pins
-            names = tuple(re.split(r"[ <>=!~]", d, maxsplit=1)[0] for d in wheel.depends)
+            # the installed set is consistent as pip resolved it: its own requirements, unpinned
+            names = _conda_depends(dist, known, log)
             repack_installed(dist, Wheel(wheel.pypi, dist.version, wheel.conda, names), channel, stage)
             done.append(f"{wheel.name}={dist.version} (installed)")
             continue
@@ -275,38 +282,98 @@ def repack_installed(dist: metadata.Distribution, wheel: Wheel, channel: Path, s
     return out.path
 
 
-def repack_torch(channel: Path, stage: Path, *, cuda_version: str, log: Log = print) -> list[str]:
-    """The installed torch as `pytorch` (cudaXYZ build string) plus its nvidia-*/cuda-* closure."""
+def repack_torch(channel: Path, stage: Path, recipes: Path, *, cuda_version: str, log: Log = print) -> list[str]:
+    """The installed torch: its files as `libtorch`, `pytorch` (cudaXYZ build string, run_exports,
+    CF_TORCH_CUDA_ARCH_LIST activation) on top, its nvidia-*/cuda-*/triton closure, torchvision."""
     torch_dist = _dist("torch")
     closure = cuda_closure(torch_dist)
+    known = _known_names(closure)
     names = []
     for dist in closure:
         name = _canon(dist.metadata["Name"])
-        deps = tuple(_canon(d) for d in _requirement_names(dist) if _canon(d) in {_canon(c.metadata["Name"]) for c in closure})
         t = time.monotonic()
-        repack_installed(dist, Wheel(name, dist.version, depends=deps), channel, stage)
+        repack_installed(dist, Wheel(name, dist.version, depends=_conda_depends(dist, known, log)), channel, stage)
         log(f"  repacked {name} {dist.version} in {time.monotonic() - t:.0f}s")
         names.append(f"{name}={dist.version}")
-    arch_list = _cf_arch_list()
-    act = stage / "pytorch-activation"
-    act.mkdir(parents=True, exist_ok=True)
-    (act / "activate.sh").write_text(_TORCH_ACTIVATE.format(stand_in=STAND_IN, arch_list=arch_list))
-    (act / "deactivate.sh").write_text(_TORCH_DEACTIVATE.format(stand_in=STAND_IN))
     tag = "cuda" + cuda_version.replace(".", "")
-    torch_wheel = bootstrap.TORCH
     version = torch_dist.version.split("+")[0]
+    major, minor = (int(x) for x in version.split(".")[:2])
+    build = f"{tag}_standin_py{PY_TAG}_h{_short(torch_dist.version + sys.prefix)}_0"
     t = time.monotonic()
     repack_installed(
-        torch_dist, Wheel("torch", version, "pytorch", tuple(re.split(r"[ <>=!~]", d, maxsplit=1)[0] for d in torch_wheel.depends)),
-        channel, stage, build_string=f"{tag}_standin_py{PY_TAG}_h{_short(torch_dist.version + sys.prefix)}_0",
-        extra_depends=(*(n.split("=")[0] for n in names), f"cuda-version >={cuda_version},<{int(cuda_version.split('.')[0]) + 1}"),
-        extra_files=((act / "activate.sh", "etc/conda/activate.d/pytorch_activate.sh"),
-                     (act / "deactivate.sh", "etc/conda/deactivate.d/pytorch_deactivate.sh")),
-        what=f"torch {torch_dist.version} as installed here (CUDA {cuda_version}), repacked from its RECORD; "
-             f"its nvidia-*/cuda-* libraries are separate stand-ins; triton left out",
+        torch_dist, Wheel("torch", version, "libtorch", _conda_depends(torch_dist, known, log)), channel, stage,
+        build_string=build, extra_depends=(f"cuda-version >={cuda_version},<{int(cuda_version.split('.')[0]) + 1}",),
+        what=f"the whole installed torch {torch_dist.version} (CUDA {cuda_version}: python and C++ files), repacked "
+             f"from its RECORD; its nvidia-*/cuda-*/triton distributions are separate stand-ins",
     )
-    log(f"  repacked pytorch {torch_dist.version} in {time.monotonic() - t:.0f}s")
+    log(f"  repacked torch {torch_dist.version} as libtorch in {time.monotonic() - t:.0f}s")
+    recipe_dir = recipes / "pytorch"
+    recipe_dir.mkdir(parents=True)
+    (recipe_dir / "activate.sh").write_text(_TORCH_ACTIVATE.format(stand_in=STAND_IN, arch_list=_cf_arch_list()))
+    (recipe_dir / "deactivate.sh").write_text(_TORCH_DEACTIVATE.format(stand_in=STAND_IN))
+    (recipe_dir / "recipe.yaml").write_text(_PYTORCH_RECIPE.format(
+        stand_in=STAND_IN, version=version, build=build, py=PY, py_next=f"{sys.version_info.major}.{sys.version_info.minor + 1}",
+        py_tag=PY_TAG, major=major, minor=minor, next_minor=minor + 1, torch=torch_dist.version, cuda=cuda_version))
+    bootstrap._build_recipe(recipe_dir, channel, log=log)
+    vision = _dist("torchvision")
+    if vision is not None:
+        repack_installed(vision, Wheel("torchvision", vision.version.split("+")[0], depends=_conda_depends(vision, known, log)),
+                         channel, stage, build_string=f"{tag}_standin_py{PY_TAG}_h{_short(vision.version + sys.prefix)}_0")
+        names.append(f"torchvision={vision.version}")
     return names
+
+
+def _known_names(closure: list[metadata.Distribution]) -> dict[str, str]:
+    """PyPI name (canonical) -> conda name, for everything this channel holds."""
+    known = {_canon(w.pypi): w.name for w in bootstrap.WHEELS}
+    known.update({_canon(d.metadata["Name"]): _canon(d.metadata["Name"]) for d in closure})
+    known.update({"torch": "pytorch", "torchvision": "torchvision"})
+    return known
+
+
+def _conda_depends(dist: metadata.Distribution, known: dict[str, str], log: Log = print) -> tuple[str, ...]:
+    """The distribution's own requirements (those that apply here) under this channel's names."""
+    out, unknown = [], []
+    for name in _requirement_names(dist, follow_extras=False):
+        key = _canon(name)
+        if key in known:
+            if known[key] not in out:
+                out.append(known[key])
+        else:
+            unknown.append(key)
+    if unknown:
+        log(f"  {dist.metadata['Name']}: requirements not in the channel: {', '.join(sorted(set(unknown)))}")
+    return tuple(out)
+
+
+_PYTORCH_RECIPE = """\
+# {stand_in}: conda-forge's pytorch package over the installed torch {torch} (libtorch holds its files).
+package:
+  name: pytorch
+  version: "{version}"
+build:
+  number: 0
+  string: {build}
+  script:
+    content: |
+      mkdir -p "$PREFIX/etc/conda/activate.d" "$PREFIX/etc/conda/deactivate.d"
+      cp "$RECIPE_DIR/activate.sh" "$PREFIX/etc/conda/activate.d/pytorch_activate.sh"
+      cp "$RECIPE_DIR/deactivate.sh" "$PREFIX/etc/conda/deactivate.d/pytorch_deactivate.sh"
+requirements:
+  run:
+    - libtorch =={version} {build}
+    - python >={py},<{py_next}.0a0
+    - python_abi {py}.* *_cp{py_tag}
+  run_exports:
+    weak:
+      # pytorch-cpu-feedstock: pin_subpackage('pytorch', max_pin='x.x')
+      - pytorch >={major}.{minor}.0,<{major}.{next_minor}.0a0
+about:
+  summary: "{stand_in}: pytorch {version} (CUDA {cuda}) over the installed torch {torch}"
+  description: "{stand_in}. Not conda-forge's pytorch: the torch installed on this machine, repacked; run_exports and CF_TORCH_CUDA_ARCH_LIST activation as conda-forge's."
+extra:
+  mmstack-stand-in: "true"
+"""
 
 
 def cuda_closure(dist: metadata.Distribution) -> list[metadata.Distribution]:
@@ -317,7 +384,7 @@ def cuda_closure(dist: metadata.Distribution) -> list[metadata.Distribution]:
         d = todo.pop()
         for name in _requirement_names(d):
             key = _canon(name)
-            if key in seen or key in LEFT_OUT or not key.startswith(("nvidia-", "cuda-")):
+            if key in seen or key in LEFT_OUT or not key.startswith(TORCH_CLOSURE):
                 continue
             found = _dist(key)
             if found is None:
@@ -411,9 +478,9 @@ def build_compiler_stubs(channel: Path, recipes: Path) -> None:
     gcc, gxx = bootstrap._compilers()
     recipe_dir = recipes / "stubs"
     recipe_dir.mkdir(parents=True)
+    sysroots = "".join(_SYSROOT_OUTPUT.format(stand_in=STAND_IN, sysroot=v) for v in bootstrap.SYSROOT_VERSIONS)
     (recipe_dir / "recipe.yaml").write_text(_STUBS_RECIPE.format(
-        stand_in=STAND_IN, gcc=gcc, gxx=gxx, gcc_version=bootstrap.system_gcc_version(),
-        sysroot=bootstrap.SYSROOT_VERSION))
+        stand_in=STAND_IN, gcc=gcc, gxx=gxx, gcc_version=bootstrap.system_gcc_version()) + sysroots)
     bootstrap._build_recipe(recipe_dir, channel, log=print)
 
 
@@ -469,6 +536,9 @@ outputs:
     about:
       summary: "{stand_in}: gxx_linux-64 activation pointing at {gxx}"
       description: "{stand_in}. Not conda-forge's compiler: an activation script pointing CXX at this machine's {gxx}."
+"""
+
+_SYSROOT_OUTPUT = """\
   - package:
       name: sysroot_linux-64
       version: "{sysroot}"
@@ -485,9 +555,10 @@ outputs:
         strong:
           - __glibc >={sysroot},<3.0.a0
     about:
-      summary: "{stand_in}: sysroot_linux-64 without a sysroot (the system glibc)"
+      summary: "{stand_in}: sysroot_linux-64 {sysroot} without a sysroot (the system glibc)"
       description: "{stand_in}. Carries conda-forge's __glibc run-export only."
-""".replace("{cflags}", _CFLAGS).replace("{cxxflags}", _CXXFLAGS).replace("{ldflags}", _LDFLAGS)
+"""
+_STUBS_RECIPE = _STUBS_RECIPE.replace("{cflags}", _CFLAGS).replace("{cxxflags}", _CXXFLAGS).replace("{ldflags}", _LDFLAGS)
 
 _TOOLKIT_RECIPE = """\
 # {stand_in}: conda-forge's CUDA compiler packages over the toolkit at {toolkit}.
@@ -607,7 +678,7 @@ def _canon(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def _requirement_names(dist: metadata.Distribution) -> list[str]:
+def _requirement_names(dist: metadata.Distribution, *, follow_extras: bool = True) -> list[str]:
     """Names of the requirements that apply here (markers evaluated, extras followed one level)."""
     from packaging.requirements import Requirement
 
@@ -617,7 +688,7 @@ def _requirement_names(dist: metadata.Distribution) -> list[str]:
         if req.marker and not req.marker.evaluate({"extra": ""}):
             continue
         out.append(req.name)
-        if req.extras:  # cuda-toolkit[cublas,...]: the extras' requirements count too
+        if req.extras and follow_extras:  # cuda-toolkit[cublas,...]: the extras' requirements count too
             sub = _dist(req.name)
             for t in (sub.requires or []) if sub else []:
                 r = Requirement(t)
