@@ -302,7 +302,9 @@ def repack_torch(channel: Path, stage: Path, recipes: Path, *, cuda_version: str
     t = time.monotonic()
     repack_installed(
         torch_dist, Wheel("torch", version, "libtorch", _conda_depends(torch_dist, known, log)), channel, stage,
-        build_string=build, extra_depends=(f"cuda-version >={cuda_version},<{int(cuda_version.split('.')[0]) + 1}",),
+        build_string=build,
+        # torch asks for cuda-toolkit[cublas,...]: the extras' libraries are what it loads
+        extra_depends=(*(n.split("=")[0] for n in names), f"cuda-version >={cuda_version},<{int(cuda_version.split('.')[0]) + 1}"),
         what=f"the whole installed torch {torch_dist.version} (CUDA {cuda_version}: python and C++ files), repacked "
              f"from its RECORD; its nvidia-*/cuda-*/triton distributions are separate stand-ins",
     )
