@@ -37,17 +37,55 @@ def _cores(machine: str) -> int | None:
 
 
 def sandbox_test_seconds(log: Path, package: str) -> float | None:
-    """Seconds from the package's 'Artifact:' line to the log's last line of that package."""
+    """Seconds from the package's archive line ('Archive written to ...') to the log's last line."""
     if not log.is_file():
         return None
     lines = log.read_text(errors="replace").splitlines()
     stamps = [(i, line[:8]) for i, line in enumerate(lines) if re.match(r"\d\d:\d\d:\d\d ", line)]
-    start = next((i for i, line in enumerate(lines) if "Artifact:" in line and f"/{package}-" in line), None)
+    start = next((i for i, line in enumerate(lines)
+                  if ("Artifact:" in line or "Archive written to" in line) and f"/{package}-" in line), None)
     if start is None:
         return None
     t0 = datetime.strptime(lines[start][:8], "%H:%M:%S")
     t1 = datetime.strptime(stamps[-1][1], "%H:%M:%S")
     return (t1 - t0).total_seconds() % 86400
+
+
+def sandbox_ladder(log: Path) -> dict | None:
+    """The `mmstack verify ... --json` report the recipe's test printed, parsed out of the log."""
+    if not log.is_file():
+        return None
+    lines = log.read_text(errors="replace").splitlines()
+    start = next((i for i, line in enumerate(lines) if re.search(r"\+ mmstack verify .*--json", line)), None)
+    if start is None:
+        return None
+    body = []
+    for line in lines[start + 1:]:
+        m = re.match(r"\d\d:\d\d:\d\d \[(\w+)\] (.*)", line)
+        if not m or m.group(1) != "info":
+            break
+        body.append(m.group(2))
+        if m.group(2) == "}":
+            try:
+                data = json.loads("\n".join(body))
+                break
+            except ValueError:
+                continue
+    else:
+        return None
+    command = re.sub(r"^\S+ \[\w+\] \+ ", "", lines[start])
+    levels = {lv["level"]: {"status": lv["status"], "seconds": lv.get("seconds"), "reason": lv.get("reason")}
+              for lv in data.get("levels", [])}
+    l4 = next((lv for lv in data.get("levels", []) if lv["level"] == "L4"), {})
+    ev = l4.get("evidence") or {}
+    ops = [{"op": o["op"], "device": o.get("device"), "status": o.get("status"), "reference": o.get("reference"),
+            "max_error": o.get("max_error"), "reason": (o.get("reason") or "")[:200] or None}
+           for o in ev.get("ops", [])]
+    first_failed = next((o["op"] for o in ops if o["status"] not in ("pass", "run-only", "skip")), None)
+    return {"command": command, "ok": data.get("ok"), "python": data.get("python"), "levels": levels,
+            "l2_evidence": next((lv.get("evidence") for lv in data.get("levels", []) if lv["level"] == "L2"), None),
+            "l4_device": ev.get("device"), "l4_mode": ev.get("mode"), "l4_torchvision": ev.get("torchvision"),
+            "l4_coverage": ev.get("coverage"), "l4_first_failed_op": first_failed, "l4_ops": ops}
 
 
 def build_summary(res: Path, tag: str, cores: int | None, sizes: dict[str, int]) -> dict | None:
@@ -77,7 +115,16 @@ def build_summary(res: Path, tag: str, cores: int | None, sizes: dict[str, int])
             "span_over_limit": round(units["span_s"] / limit, 3) if limit else None,
             "note": "span = first unit start to last unit end in ninja's log; limit = max(unit CPU-s / cores, longest unit)",
         }
-    out["sandbox_test_s"] = sandbox_test_seconds(res / f"rattler-build-{tag}.log", "mmcv")
+    log = res / f"rattler-build-{tag}.log"
+    text = log.read_text(errors="replace") if log.is_file() else ""
+    tests_run = "Testing commands:" in text
+    out["sandbox_test_s"] = sandbox_test_seconds(log, "mmcv") if tests_run else None
+    out["sandbox_ladder"] = sandbox_ladder(log)
+    failed = re.search(r"error: (mmcv-\S+): Test failed: \"([^\\\n]{0,160})", (res / f"build_{tag}.err").read_text(errors="replace")
+                       if (res / f"build_{tag}.err").is_file() else "")
+    out["tests_run"] = tests_run
+    out["tests_failed"] = {"package": failed.group(1), "first_line": failed.group(2)} if failed else None
+    out["landed_in_channel"] = bool(pkgs)
     return out
 
 
@@ -116,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
                                                          "cuda_distributions", "left_out", "seconds", "step_seconds")}
         | {"packages": len(standin.get("packages", [])),
            "bytes": sum(p["bytes"] for p in standin.get("packages", []))},
-        "builds": {tag: build_summary(res, tag, cores, sizes) for tag in ("sm90", "ptx")},
+        "builds": {tag: build_summary(res, tag, cores, sizes) for tag in ("sm90", "ptx", "sm90nt")},
         "installed_prefix_ladder": {tag: ladder_summary(res, tag) for tag in ("sm90", "ptx")},
         "arch_check": {"ptx": _json(res / "arch_check_ptx.json"), "sm90": _json(res / "arch_check_sm90.json")},
         "fatbin": {tag: _json(res / f"fatbin_{tag}.json") for tag in ("sm90", "ptx")},
