@@ -2,7 +2,14 @@
 
     python benchmarks/bench_ladder.py --runs 5 [--python EXE] [--out benchmarks/results/cpu-dev/ladder.json]
 
+Runs from a checkout (it puts ../src first on sys.path); EXE is the environment under test and
+needs torch + mmcv only. The `cli` step needs mmstack's CLI dependencies (typer, rich) in the
+interpreter running this script; without them it is left out and the JSON says why.
+
 bare:    `python -c "import torch, mmcv.ops; <nms on 2 boxes>"`, one process
+bare-no-teardown: the same ending in os._exit(0), as the ladder's child ends (it skips Python's
+         finalisation, 1.2-2 s of torch teardown here): the ratio against it shows what the levels
+         themselves cost beyond the imports
 L1-L4:   run_ladder(levels L1..L4) in this process: one child runs the levels in order
 L1-L5:   the same with L5 (a few training steps of DeformConv2d + RoIAlign, mmengine's optimiser)
 cli:     `mmstack verify --levels L1,L2,L3,L4 --json` (adds the CLI's own start-up)
@@ -22,6 +29,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+sys.path.insert(0, str(SRC))
 
 BARE = ("import torch, mmcv.ops; b = torch.tensor([[0, 0, 10, 10], [1, 1, 11, 11.]]);"
         " mmcv.ops.nms(b, torch.tensor([0.9, 0.8]), 0.5)")
@@ -47,6 +57,9 @@ def main() -> None:
     def bare():
         subprocess.run([args.python, "-c", BARE], check=True, capture_output=True)
 
+    def bare_no_teardown():
+        subprocess.run([args.python, "-c", BARE + "; import os; os._exit(0)"], check=True, capture_output=True)
+
     def ladder(levels, key):
         def go():
             result = run_ladder(levels=levels, python=args.python)
@@ -56,14 +69,23 @@ def main() -> None:
             interpreters[key].append(result.timings["interpreters"])
         return go
 
+    cli_env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), *filter(None, [os.environ.get("PYTHONPATH")])])}
+
     def cli():
         subprocess.run([sys.executable, "-m", "mmstack.cli", "verify", "--levels", "L1,L2,L3,L4", "--json",
-                        "--python", args.python], check=True, capture_output=True)
+                        "--python", args.python], check=True, capture_output=True, env=cli_env)
+
+    no_cli = "--no-cli" if args.no_cli else None
+    if not no_cli:
+        try:
+            import typer  # noqa: F401 - the CLI's own dependency
+        except ImportError as exc:
+            no_cli = f"this interpreter cannot run mmstack's CLI ({exc})"
 
     versions = subprocess.run([args.python, "-c", VERSIONS], check=True, capture_output=True, text=True).stdout.split()
     bare()  # warm the page cache once so the first round is not an outlier
-    steps = [("bare", bare), ("L1-L4", ladder(("L1", "L2", "L3", "L4"), "L1-L4")),
-             ("L1-L5", ladder(("L1", "L2", "L3", "L4", "L5"), "L1-L5"))] + ([] if args.no_cli else [("cli", cli)])
+    steps = [("bare", bare), ("bare-no-teardown", bare_no_teardown), ("L1-L4", ladder(("L1", "L2", "L3", "L4"), "L1-L4")),
+             ("L1-L5", ladder(("L1", "L2", "L3", "L4", "L5"), "L1-L5"))] + ([] if no_cli else [("cli", cli)])
     times: dict[str, list] = {name: [] for name, _ in steps}
     load_before = os.getloadavg()
     for _ in range(args.runs):
@@ -74,6 +96,8 @@ def main() -> None:
     load_after = os.getloadavg()
     med = {k: round(statistics.median(v), 3) for k, v in times.items()}
     ratio = {f"{k}_over_bare": round(med[k] / med["bare"], 3) for k in med if k != "bare"}
+    ratio.update({f"{k}_over_bare-no-teardown": round(med[k] / med["bare-no-teardown"], 3)
+                  for k in med if not k.startswith("bare")})
     per_level = {key: {lv: round(statistics.median(r[lv] for r in runs), 3) for lv in runs[0]}
                  for key, runs in level_seconds.items() if runs}
     data = {
@@ -83,7 +107,7 @@ def main() -> None:
         "runs": args.runs, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "command": " ".join(["python", "benchmarks/bench_ladder.py", *sys.argv[1:]]),
         "seconds": times, "median": med, "ratio": ratio, "median_level_seconds": per_level,
-        "interpreters": interpreters,
+        "interpreters": interpreters, "cli_left_out": no_cli,
     }
     text = json.dumps(data, indent=2)
     if args.out:

@@ -144,6 +144,51 @@ def test_the_package_holds_the_compiled_ops(built_channel):
     assert pkg.tests, "the recipe's tests travel inside the package"
 
 
+def _json_document(lines: list[str]) -> dict:
+    """The first top-level JSON object printed in a test's output (`mmstack verify --json`)."""
+    start = next(i for i, line in enumerate(lines) if line.strip() == "{")
+    depth = 0
+    for end in range(start, len(lines)):
+        depth += lines[end].count("{") - lines[end].count("}")
+        if depth == 0:
+            return json.loads("\n".join(lines[start:end + 1]))
+    raise AssertionError("no complete JSON object in the test output")
+
+
+def test_the_packaged_recipe_tests_pass_pip_check_and_run_l4_complete(built_channel, bootstrap_channel):
+    """The tests mmcv's package carries, run again as `rattler-build test` would, with their output
+    read: pip check passed, and the ladder ran L4 in complete mode over every export of mmcv.ops
+    (torchvision is absent from the stand-in channel, and the JSON says so)."""
+    from rattler_build import Package
+
+    (mmcv,) = [p for p in built_channel["packages"] if p["name"] == "mmcv"]
+    pkg = Package.from_file(built_channel["channel"] / mmcv["path"])
+    channels = [Path(built_channel["channel"]).as_uri(), bootstrap_channel.as_uri()]
+    (python,) = [t for t in pkg.tests if type(t).__name__ == "PythonTest"]
+    assert python.pip_check is True
+    result = pkg.run_test(python.index, channel=channels)
+    out = [str(line) for line in result.output]
+    assert result.success and "No broken requirements found." in out, out[-20:]
+
+    (ladder,) = [t for t in pkg.tests if "mmstack verify" in str(t.to_dict().get("script"))]
+    assert "--l4 complete" in str(ladder.to_dict()["script"])
+    result = pkg.run_test(ladder.index, channel=channels)
+    out = [str(line) for line in result.output]
+    assert result.success, out[-40:]
+    doc = _json_document(out)
+    levels = {lvl["level"]: lvl for lvl in doc["levels"]}
+    assert [levels[k]["status"] for k in ("L1", "L3", "L4")] == ["PASS"] * 3
+    assert levels["L2"]["status"] == "SKIP"  # no GPU here: the script adds --expect-gpu only with one
+    l4 = levels["L4"]["evidence"]
+    assert l4["mode"] == "complete" and l4["device"] == "cpu"
+    assert "not importable" in l4["torchvision"]
+    ops = {op["op"]: op for op in l4["ops"]}
+    assert set(l4["exports"].values()) == set(ops) and l4["unchecked_exports"] == []
+    assert l4["coverage"]["failed"] == [] and l4["coverage"]["compared"] > 0
+    assert all(op["status"] in ("pass", "run-only", "skip") for op in ops.values())
+    _say(f"recipe test in the sandbox, L4 complete: {levels['L4']['reason'][:120]}...")
+
+
 def _clean_env() -> dict:
     """The installed prefix on its own: no venv, PYTHONPATH or conda variables leaking in."""
     return {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV", "CONDA"))}

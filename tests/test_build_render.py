@@ -324,7 +324,7 @@ def test_check_recipes_names_the_recipe_when_build_strings_collide(tmp_path):
 FAT_12_9 = "5.0;6.0;7.0;7.5;8.0;8.6;9.0;10.0;12.0+PTX"
 
 
-def _build_sh(tmp_path, **env) -> "subprocess.CompletedProcess[str]":
+def _build_sh(tmp_path, **env):
     """build.sh up to its variant checks: PYTHON=false makes it stop at the first python call after."""
     import subprocess
 

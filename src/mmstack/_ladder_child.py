@@ -1,14 +1,18 @@
-"""The ladder's child process: one level (or part of one) per process, stdlib + torch + mmcv only.
+"""The ladder's child process: stdlib + torch + mmcv only.
 
 `ladder.py` runs this file by path with the interpreter under test, so it must not import mmstack
 (the environment being verified may not have it):
 
-    python -c <boot> /path/to/_ladder_child.py LEVEL RESULT_FILE [OPTIONS_JSON]
+    python -c <boot> /path/to/_ladder_child.py ladder RESULT_FILE OPTIONS_JSON   (the levels, in order)
+    python -c <boot> /path/to/_ladder_child.py MODE RESULT_FILE [OPTIONS_JSON]   (one mode: doctor, ...)
 
 It appends JSON lines to RESULT_FILE as it goes: {"step": name} before each risky call,
-{"evidence": {...}} after, {"error": "..."} on a failure it survives, {"done": true} at the end.
-A segfault or a hang therefore still leaves the step it died in and everything learnt before.
-faulthandler prints the Python stack of a crash to stderr, which the parent keeps.
+{"evidence": {...}} after, {"error": "..."} on a failure it survives, {"done": true} at the end;
+in ladder mode each record also names its part, which starts with {"start": time} (OPTIONS_JSON:
+"parts", "needs", "failed", "part_opts"). A segfault or a hang therefore still leaves the part and
+step it died in and everything learnt before; the parent goes on with the next parts in a fresh
+child. faulthandler prints the Python stack of a crash to stderr, which the parent keeps.
+L4's complete mode loads _ladder_ops.py (beside this file) by path.
 """
 
 from __future__ import annotations

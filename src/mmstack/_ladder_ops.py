@@ -140,7 +140,11 @@ def c_roi_pool(c):
     c.close("roi_pool", c.run(roi_pool, _linear(torch), rois, (2, 2), 1.0), [[[[5, 7], [13, 15]]]], "known-values")
     c.close("RoIPool", c.run(RoIPool((2, 2), 1.0).to(c.dev), _linear(torch), rois), [[[[5, 7], [13, 15]]]], "known-values")
     if c.tv:
-        feat, boxes = c.rand(2, 3, 12, 12), _boxes(c, 6, 2)
+        # integer boxes 3 or 6 px wide/high: mmcv's floor/ceil bins and torchvision's rounded ones agree
+        feat = c.rand(2, 3, 12, 12)
+        xy = torch.randint(0, 4, (6, 2), generator=c.gen).float()
+        wh = torch.randint(1, 3, (6, 2), generator=c.gen).float() * 3
+        boxes = torch.cat([torch.arange(6.0).remainder(2).view(6, 1), xy, xy + wh - 1], 1)
         c.close("roi_pool", c.run(roi_pool, feat, boxes, (3, 3), 1.0), c.run(c.tv.roi_pool, feat, boxes, (3, 3), 1.0),
                 "torchvision", atol=1e-5)
 
@@ -420,8 +424,8 @@ def c_convex_iou(c):
     from mmcv.ops import convex_giou, convex_iou
 
     torch = c.torch
-    # 9 points spanning the square [0,2]^2 (corners, edge midpoints, centre) against it and a shifted copy
-    pts = torch.tensor([[0, 0, 2, 0, 2, 2, 0, 2, 1, 0, 2, 1, 1, 2, 0, 1, 1, 1]], dtype=torch.float32)
+    # 9 points whose hull is the square [0,2]^2 (its corners, 5 points inside) against it and a shifted copy
+    pts = torch.tensor([[0, 0, 2, 0, 2, 2, 0, 2, 1, 1, 0.5, 0.5, 1.5, 0.5, 0.5, 1.5, 1.5, 1.5]], dtype=torch.float32)
     polys = torch.tensor([[0, 0, 2, 0, 2, 2, 0, 2], [1, 0, 3, 0, 3, 2, 1, 2]], dtype=torch.float32)
     c.close("convex_iou", c.run(convex_iou, pts, polys), [[1.0, 1 / 3]], "known-values", atol=1e-4)
     giou, _ = c.run(convex_giou, pts, polys[:1])
@@ -435,7 +439,8 @@ def c_min_area_polygons(c):
     # points on and inside the rectangle [0,2]x[0,1]: its own corners are the smallest enclosing box
     pts = torch.tensor([[0, 0, 2, 0, 2, 1, 0, 1, 1, 0.5, 0.5, 0.5, 1.5, 0.5, 1, 0.2, 1, 0.8]], dtype=torch.float32)
     out = c.run(min_area_polygons, pts).cpu().view(4, 2).tolist()
-    c.close("min_area_polygons", sorted(out), [[0, 0], [0, 1], [2, 0], [2, 1]], "known-values", atol=1e-4)
+    out = sorted(out, key=lambda p: (round(p[0], 3), round(p[1], 3)))  # corner order is the kernel's
+    c.close("min_area_polygons", out, [[0, 0], [0, 1], [2, 0], [2, 1]], "known-values", atol=1e-4)
 
 
 def c_points_in_polygons(c):
@@ -513,6 +518,10 @@ def c_sa_conv2d(c):
     if c.cuda:
         c.close("SAConv2d", out, c.run(mod.cpu(), x, device="cpu"), "cpu-kernel", atol=1e-4)
     _finite(out)
+    # its offset convs start at zero: the deformable form equals the plain (torch conv) form
+    plain = SAConv2d(4, 4, 3, padding=1, use_deform=False).eval()
+    plain.load_state_dict({k: v for k, v in mod.state_dict().items() if not k.startswith("offset_")})
+    c.close("SAConv2d", c.run(mod.to(c.dev), x), c.run(plain.to(c.dev), x), "torch", atol=1e-4)
 
 
 def c_masked_conv2d(c):
@@ -703,12 +712,9 @@ def c_tin_shift(c):
     _finite(out, c.run(TINShift(), x, shift))
     # group 1 (shift 0) is unchanged; group 0 moves one step in time, zero-filled
     c.close("tin_shift", out[:, :, 2:], x[:, :, 2:], "known-values")
-    zero = torch.zeros_like(x[:, :1, :2])
-    later, earlier = torch.cat([zero, x[:, :-1, :2]], 1), torch.cat([x[:, 1:, :2], zero], 1)
-    try:
-        c.close("tin_shift", out[:, :, :2], later, "known-values")
-    except Mismatch:
-        c.close("tin_shift", out[:, :, :2], earlier, "known-values")
+    # out[t + shift] = in[t] (the kernel's definition), zero where nothing lands
+    later = torch.cat([torch.zeros_like(x[:, :1, :2]), x[:, :-1, :2]], 1)
+    c.close("tin_shift", out[:, :, :2], later, "known-values")
 
 
 def c_ms_deform_attn(c):
@@ -727,6 +733,21 @@ def c_ms_deform_attn(c):
     if c.cuda:  # on the CPU mmcv falls back to its pure-torch multi_scale_deformable_attn_pytorch
         c.close("MultiScaleDeformableAttention", out, c.run(mod.cpu(), query, device="cpu", **args), "torch", atol=1e-4)
     _finite(out)
+    # no offsets and equal attention: the mean over levels of the value sampled at the reference point
+    with torch.no_grad():
+        for lin in (mod.sampling_offsets, mod.attention_weights):
+            lin.weight.zero_()
+            lin.bias.zero_()
+        mod = mod.cpu()
+        v = mod.value_proj(value)
+        mean = 0
+        for lvl, (h, w) in enumerate(shapes.tolist()):
+            grid = v[:, int(start[lvl]): int(start[lvl]) + h * w].view(1, h, w, 8).permute(0, 3, 1, 2)
+            at = ref[:, :, lvl].view(1, 3, 1, 2) * 2 - 1
+            mean = mean + torch.nn.functional.grid_sample(grid, at, align_corners=False)[..., 0].transpose(1, 2) / 2
+        want = mod.output_proj(mean) + query
+        got = c.run(mod.to(c.dev), query, **{k: c.d(v) for k, v in args.items()})
+    c.close("MultiScaleDeformableAttention", got, want, "torch", atol=1e-5)
 
 
 def c_sync_bn(c):
@@ -1062,18 +1083,32 @@ def c_rotated_feature_align(c):
 
     torch = c.torch
     feat = c.rand(1, 3, 6, 6)
+    # each pixel's box (y, x, w, h, a) sits on the pixel itself (coordinates scaled by 1/2): every
+    # sampling point is that pixel, so the output is the input plus 1 (points=1) or 5 (points=5) copies
+    yy, xx = torch.meshgrid(torch.arange(6.0), torch.arange(6.0), indexing="ij")
+    on_self = torch.stack([yy * 2, xx * 2, torch.zeros(6, 6), torch.zeros(6, 6), c.rand(6, 6)], -1)[None]
+    c.close("rotated_feature_align", c.run(rotated_feature_align, feat, on_self, 0.5, 1), feat * 2, "known-values")
+    c.close("rotated_feature_align", c.run(rotated_feature_align, feat, on_self, 0.5, 5), feat * 6, "known-values",
+            atol=1e-5)
     rb = torch.cat([c.rand(1, 6, 6, 2, lo=1, hi=5), c.rand(1, 6, 6, 2, lo=1, hi=3), c.rand(1, 6, 6, 1, hi=1)], 3)
-    _finite(c.run(rotated_feature_align, feat, rb, 1.0, 1))
-    c.vs_cpu("rotated_feature_align", rotated_feature_align, feat, rb, 1.0, 1)
+    _finite(c.run(rotated_feature_align, feat, rb, 1.0, 5))
+    c.vs_cpu("rotated_feature_align", rotated_feature_align, feat, rb, 1.0, 5)
 
 
 def c_active_rotated_filter(c):
     from mmcv.ops import active_rotated_filter
 
     torch = c.torch
-    w = c.rand(4, 2, 8, 3, 3)  # (out, in, orientations, k, k)
-    idx = torch.randint(1, 8 * 9 + 1, (8, 3, 3, 8), generator=c.gen, dtype=torch.int32)
-    _finite(c.run(active_rotated_filter, w, idx))
+    O, I, nO, k, R = 4, 2, 8, 3, 8  # noqa: E741
+    n = nO * k * k
+    w = c.rand(O, I, nO, k, k)
+    # indices (nO, k, k, R), 1-based: for rotation r, entry l of the filter goes to place perm_r[l]
+    perms = torch.stack([torch.randperm(n, generator=c.gen) for _ in range(R)], 1)
+    idx = (perms + 1).int().view(nO, k, k, R)
+    want = torch.zeros(O, R, I, n)
+    for r in range(R):
+        want[:, r, :, perms[:, r]] = w.view(O, I, n)
+    c.close("active_rotated_filter", c.run(active_rotated_filter, w, idx), want.view(O * R, I * nO, k, k), "torch")
     c.vs_cpu("active_rotated_filter", active_rotated_filter, w, idx)
 
 

@@ -351,12 +351,16 @@ class _Ladder:
         # thread as soon as the child names the file, so it overlaps the child's later levels.
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mmstack-ext")
         self._ext: dict = {}
+        self._warm = None
 
     def saw(self, record: dict) -> None:
         """A journal record, as the child writes it: start reading the ext it names."""
-        path = (record.get("evidence") or {}).get("ext_path")
+        ev = record.get("evidence") or {}
+        path = ev.get("ext_path")
         if path and path not in self._ext:
             self._ext[path] = self._pool.submit(_ext_facts, path)
+        if ev.get("torch_cuda") and not self._warm:  # a CUDA torch: L2's verdict will need the facts
+            self._warm = self._pool.submit(_warm_facts)
 
     def ext(self, path: str | None) -> dict:
         if not path:
@@ -604,6 +608,19 @@ def libstdcxx_linkage(path: str | None) -> str | None:
     if any(n.startswith("libstdc++.so") for n in needed):
         return "shared"
     return "static" if locale else "none"
+
+
+def _warm_facts() -> None:
+    """Import what L2's CUDA verdict uses (pydantic models, the packaged facts) ahead of time."""
+    try:
+        from .compat import driver_compat  # noqa: F401
+        from .facts import load
+    except ImportError:  # stdlib-only environments: decide_cuda reports that itself
+        return
+    try:
+        load()
+    except Exception:  # noqa: BLE001 - warming only; the real call reports any problem
+        return
 
 
 def _ext_facts(path: str) -> dict:
