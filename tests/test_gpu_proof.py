@@ -70,3 +70,19 @@ def test_recipe_run1_sandbox_ran_l2_and_l4_on_the_h200():
     assert summary["arch_check"]["ptx"]["verdict"] == "ptx-jit"
     installed = summary["installed_prefix_ladder"]["sm90"]
     assert installed["ok"] and all(lv["status"] == "PASS" for lv in installed["levels"].values())
+
+
+@pytest.mark.skipif(not RUN1.is_dir(), reason="no committed recipe-run1 results")
+def test_schedule_replay_of_the_current_patch_is_the_committed_one():
+    from support import offline
+
+    sdist = Path(offline.CACHE_ROOT) / "sdist" / "mmcv-2.2.0.tar.gz"
+    if not sdist.is_file():
+        pytest.skip("mmcv sdist not cached (tests/test_build_e2e.py fetches it)")
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "schedule_units.py"), str(RUN1 / "units_sm90.json"),
+                          "--sdist", str(sdist), "--cores", "16"], capture_output=True, text=True, check=True, cwd=ROOT).stdout
+    got, want = json.loads(out), json.loads((RUN1 / "schedule_sm90_patch-v2.json").read_text())
+    assert got["patch_sha256"] == want["patch_sha256"], "patch 0007 changed: regenerate schedule_sm90_patch-v2.json"
+    assert got["orders"] == want["orders"]
+    spans = {name: row["span_s"] for name, row in got["orders"].items()}
+    assert spans["patch 0007"] < spans["setuptools (sorted by path)"]
