@@ -69,13 +69,8 @@ def _time(step, *, warmup: int, iters: int, repeats: int, device: str) -> dict:
     }
 
 
-def bench_mmdet(args, samples) -> dict:
-    try:
-        td._require_stack()
-    except td.DetectorStepUnavailable as exc:
-        return {"skipped": str(exc)}
-    import torch
-
+def mmdet_step(args, samples):
+    """(model, step): one mmdet training iteration on the fixed batch, returning the loss."""
     td.seed_everything(args.seed)
     model = td.build_detector(args.model, num_classes=args.num_classes, device=args.device)
     model.train()
@@ -87,6 +82,18 @@ def bench_mmdet(args, samples) -> dict:
         loss = model.train_step(data, optim)["loss"]
         return float(loss.detach() if hasattr(loss, "detach") else loss)
 
+    return model, step
+
+
+def bench_mmdet(args, samples) -> dict:
+    try:
+        td._require_stack()
+    except td.DetectorStepUnavailable as exc:
+        return {"skipped": str(exc)}
+    import torch
+
+    model, step = mmdet_step(args, samples)
+    amp = args.amp and args.device.startswith("cuda")
     result = _time(
         step, warmup=args.warmup, iters=args.iters, repeats=args.repeats, device=args.device
     )
@@ -126,12 +133,9 @@ def _torchvision_model(variant: str, *, num_classes: int, image_size: int):
     )
 
 
-def bench_torchvision(args, samples, variant: str) -> dict:
-    try:
-        import torch
-        import torchvision
-    except Exception as exc:  # noqa: BLE001 - one built for another torch fails in odd ways
-        return {"skipped": f"torchvision does not import: {type(exc).__name__}: {exc}"}
+def torchvision_step(args, samples, variant: str):
+    """One torchvision Faster R-CNN training iteration on the same batch, returning the loss."""
+    import torch
 
     td.seed_everything(args.seed)
     model = _torchvision_model(variant, num_classes=args.num_classes, image_size=args.image_size)
@@ -157,6 +161,18 @@ def bench_torchvision(args, samples, variant: str) -> dict:
         scaler.update()
         return float(loss.detach())
 
+    return step
+
+
+def bench_torchvision(args, samples, variant: str) -> dict:
+    try:
+        import torch
+        import torchvision
+    except Exception as exc:  # noqa: BLE001 - one built for another torch fails in odd ways
+        return {"skipped": f"torchvision does not import: {type(exc).__name__}: {exc}"}
+
+    step = torchvision_step(args, samples, variant)
+    amp = args.amp and args.device.startswith("cuda")
     result = _time(
         step, warmup=args.warmup, iters=args.iters, repeats=args.repeats, device=args.device
     )

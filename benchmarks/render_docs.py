@@ -259,6 +259,40 @@ def _dist1(docs) -> tuple[list[str], list[list[object]]]:
             "wall (incl. torchrun start)"], rows
 
 
+_RECIPE_ARCH = {"sm90": "9.0", "ptx": "8.0+PTX", "sm90nt": "9.0 (built --no-test)"}
+
+
+def _recipe_builds(docs) -> tuple[list[str], list[list[object]]]:
+    """The recipe's own CUDA builds on the H200 (issue 16): build cost, sandbox tests, landed or not."""
+    d = docs[0]
+    rows = []
+    for tag, b in d["builds"].items():
+        comp = b.get("compile") or {}
+        lad = b.get("sandbox_ladder") or {}
+        levels = lad.get("levels") or {}
+        tests = ("not run (--no-test)" if not b.get("tests_run") else
+                 ", ".join(f"{lv} {v['status']}" for lv, v in levels.items())
+                 + (f" (first failed op: {lad['l4_first_failed_op']})" if lad.get("l4_first_failed_op") else ""))
+        rows.append([_RECIPE_ARCH.get(tag, tag), fmt(b.get("command_wall_s"), "{:.0f} s"),
+                     fmt(b.get("command_cpu_s"), "{:,.0f} CPU-s"), fmt(comp.get("span_s"), "{:.1f} s"),
+                     fmt(comp.get("parallel_limit_s"), "{:.1f} s"), fmt(comp.get("span_over_limit"), "{:.3f}×"),
+                     fmt(b.get("sandbox_test_s"), "{:.0f} s"), tests, "yes" if b.get("landed_in_channel") else "no"])
+    return ["arch list", "`mmstack build` wall", "CPU", "compile span", "parallel limit", "span / limit",
+            "sandbox test", "sandbox ladder on the GPU", "landed in the channel"], rows
+
+
+def _recipe_prefix(docs) -> tuple[list[str], list[list[object]]]:
+    """The ladder in a prefix installed from the channel with py-rattler."""
+    rows = []
+    for tag, r in (docs[0].get("installed_prefix_ladder") or {}).items():
+        if not r:
+            rows.append([_RECIPE_ARCH.get(tag, tag), "not run", "-", "-"])
+            continue
+        rows.append([_RECIPE_ARCH.get(tag, tag), "PASS" if r["ok"] else "FAIL", fmt(r.get("seconds"), "{:.1f} s"),
+                     "; ".join(f"{lv} {v['status']}: {str(v.get('reason') or '')[:90]}" for lv, v in r["levels"].items())])
+    return ["build", "ladder", "wall", "levels"], rows
+
+
 def _arch_sets(docs) -> tuple[list[str], list[list[object]]]:
     d = docs[0]
     names = {"per-gen": f"per-gen `{d['per_gen']}`", "fat": "fat", "fat+thr": "fat `--threads 0`",
@@ -300,6 +334,8 @@ TABLES: dict[str, Table] = {
     "h200-ladder": Table(sources=[f"{d}/verify_sm90.json" for d in H200.values()], build=_h200_ladder),
     "h200-detector": Table(sources=["h200/run2-fixed/detector_sm90.json"], build=_h200_detector),
     "h200-dist1": Table(sources=["h200/run2-fixed/dist1_sm90.json"], build=_dist1),
+    "h200-recipe-builds": Table(sources=["h200/recipe-run1/summary.json"], build=_recipe_builds),
+    "h200-recipe-prefix": Table(sources=["h200/recipe-run1/summary.json"], build=_recipe_prefix),
     "cpu-arch-sets": Table(sources=["cpu-dev/arch_sets.json"], build=_arch_sets),
     "cpu-detector": Table(sources=["cpu-dev/detector_cpu.json"], build=_cpu_detector),
 }

@@ -26,6 +26,38 @@ def test_build_needs_exactly_one_selection(tmp_path, args, words):
     assert not (tmp_path / "ch").exists(), "bad input leaves no partial output"
 
 
+@pytest.mark.parametrize("variant, words", [
+    ("cuda_compiler_version", "is not KEY=VALUE"),
+    ("=13.0", "is not KEY=VALUE"),
+])
+def test_build_variant_must_be_key_value(tmp_path, variant, words):
+    code, out, err = mmstack("build", "--env", "h100", "--channel", str(tmp_path / "ch"), "--variant", variant)
+    assert code == 2 and words in err and out == ""
+    assert not (tmp_path / "ch").exists()
+
+
+def test_build_variant_key_given_twice_is_bad_input(tmp_path):
+    code, _, err = mmstack("build", "--env", "h100", "--channel", str(tmp_path / "ch"),
+                           "--variant", "python=3.12", "--variant", "python=3.11")
+    assert code == 2 and "--variant python given twice" in err
+
+
+def test_variant_overrides_render_one_build_per_build_string():
+    """--variant for every zipped key makes all matrix rows the same build: it is rendered once,
+    with the overridden values in its build string (what scripts/gpu-proof.sh builds on the H200)."""
+    pytest.importorskip("rattler_build")
+    from mmstack import build
+
+    overrides = {"python": "3.12", "pytorch": "2.11", "cuda_compiler_version": "13.0",
+                 "mmcv_arch_list": "8.0+PTX", "arch_tag": "sm80ptx", "c_stdlib_version": "2.28"}
+    rendered = build.render(recipe_dir=ROOT / "recipes" / "mmcv", variant_config=ROOT / "conda_build_config.yaml",
+                            overrides=overrides)
+    strings = {v.recipe.build.string for v in rendered}
+    assert len(strings) == 1, strings
+    (string,) = strings
+    assert string.startswith("cuda130_sm80ptx_py312_h")
+
+
 def test_build_rejects_an_environment_no_variant_serves(tmp_path):
     pytest.importorskip("rattler_build")
     code, _, err = mmstack("build", "--env", "rtx9999", "--channel", str(tmp_path / "ch"), "--recipe", "mmcv")

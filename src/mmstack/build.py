@@ -134,12 +134,15 @@ def run_build(
     progress: Progress | None = None,
     work_dir: str | os.PathLike[str] | None = None,
     keep_build: bool = False,
+    log_file: str | os.PathLike[str] | None = None,
 ) -> list[BuiltPackage]:
     """Build the recipe's variants that serve `env` (None or "all": every variant) into `channel_dir`.
 
     Dependencies resolve from the channel itself first (so an earlier build, e.g. the mmstack
     package the tests need, is found), then `extra_channels`. `work_dir` holds the temporary
     build tree (default: the system temp dir); it is removed afterwards unless `keep_build`.
+    `log_file` receives every line rattler-build logs (build script and test output), appended.
+    Overrides can make several rows of the matrix the same build: each build string is built once.
     """
     from rattler_build import ToolConfiguration
 
@@ -151,13 +154,22 @@ def run_build(
     if not rendered:
         raise BadInput("no variant of the recipe matches the selection", source=str(variant_config),
                        fix="check --env / the selection against `mmstack matrix`")
+    seen: set[tuple[str, str, str]] = set()
+    unique = []
+    for v in rendered:
+        ident = (v.recipe.package.name, str(v.recipe.package.version), v.recipe.build.string)
+        if ident not in seen:
+            seen.add(ident)
+            unique.append(v)
+    rendered = unique
 
     channel_path = Path(channel_dir).expanduser().resolve()
     channels = [_as_channel(c) for c in extra_channels]
     if channel_path.is_dir():
         channels.insert(0, channelmod.ensure_channel(channel_path).as_uri())
     tool = ToolConfiguration(test_strategy="native" if test else "skip", keep_build=keep_build)
-    callback = _Callback(say) if progress else None
+    log_fh = open(log_file, "a", encoding="utf-8") if log_file else None  # noqa: SIM115 (closed below)
+    callback = _Callback(say, log_fh) if (progress or log_fh) else None
 
     out = Path(tempfile.mkdtemp(prefix="mmstack-build-", dir=work_dir))
     built: list[tuple[Path, object, float]] = []
@@ -176,6 +188,8 @@ def run_build(
             built.extend((Path(p), result, seconds) for p in result.packages)
         landed = channelmod.add_packages(channel_path, [p for p, _, _ in built])
     finally:
+        if log_fh:
+            log_fh.close()
         if not keep_build:
             shutil.rmtree(out, ignore_errors=True)
     return [
@@ -338,16 +352,24 @@ _TEST_LOG = re.compile(r"(?i)tests? passed|test failed|Running .*test|Testing ")
 
 
 class _Callback:
-    """rattler-build progress events as one-line messages."""
+    """rattler-build progress events as one-line messages (all of them to `log`, if given)."""
 
-    def __init__(self, say: Progress):
+    def __init__(self, say: Progress, log=None):
         self._say = say
+        self._log = log
+
+    def _write(self, text: str) -> None:
+        if self._log:
+            self._log.write(f"{time.strftime('%H:%M:%S')} {text}\n")
+            self._log.flush()
 
     def on_build_step(self, event) -> None:
+        self._write(f"== {event.step_name}: {event.message}")
         self._say(f"{event.step_name}: {event.message}")
 
     def on_log(self, event) -> None:
         message = str(event.message).strip()
+        self._write(f"[{event.level}] {message}")
         if message and (event.level in ("warn", "error") or _TEST_LOG.search(message)):
             self._say(f"{event.level}: {message}" if event.level != "info" else message)
 

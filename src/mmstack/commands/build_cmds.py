@@ -19,7 +19,8 @@ def _with_variants(root: Path, recipes: tuple[str, ...]) -> list[str]:
 
 def run_build_cmd(*, root: Path, channel: Path, env: str | None, build_all: bool,
                   recipes: list[str] | None, extra_channels: list[str] | None, test: bool,
-                  as_json: bool) -> int:
+                  as_json: bool, variant: list[str] | None = None, keep_build: bool = False,
+                  work_dir: Path | None = None, log: Path | None = None) -> int:
     """Build the stack's recipes for one environment (or all variants) into `channel`, then index it.
 
     Progress goes to stderr line by line; the result is a table (or JSON) of the packages that landed.
@@ -34,10 +35,14 @@ def run_build_cmd(*, root: Path, channel: Path, env: str | None, build_all: bool
                            source="command line", fix="pass --env NAME (see `mmstack matrix`) or --all")
     if env:
         selection_for_env(env, root / "conda_build_config.yaml")  # bad input before any network probe
+    overrides = parse_variant_overrides(variant or [])
     sources = tuple(extra_channels or DEFAULT_CHANNELS)
     require_reachable(sources, option="--source-channel")
+    if work_dir is not None:
+        work_dir.mkdir(parents=True, exist_ok=True)
     built = run_stack_build(root=root, channel_dir=channel, env=ALL if build_all else env,
-                            recipes=names, extra_channels=sources, test=test, progress=report.info)
+                            recipes=names, extra_channels=sources, test=test, progress=report.info,
+                            overrides=overrides or None, keep_build=keep_build, work_dir=work_dir, log_file=log)
     if as_json:
         report.print_json({"channel": str(channel.resolve()), "packages": [b.as_dict() for b in built]})
         return 0
@@ -55,6 +60,21 @@ def install_hint(channel: Path, names: list[str]) -> str:
         return "nothing built"
     pkgs = " ".join(dict.fromkeys(n for n in ("mmcv", "mmdet", "mmstack") if n in names)) or " ".join(dict.fromkeys(names))
     return f"install with: conda install -c {channel.resolve()} -c conda-forge {pkgs}"
+
+
+def parse_variant_overrides(items: list[str]) -> dict[str, str]:
+    """`--variant KEY=VALUE` pairs as a dict; a key given twice or without '=' is bad input."""
+    overrides: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or not key or not value:
+            raise BadInput(f"--variant {item!r} is not KEY=VALUE", source="command line",
+                           fix="write it like --variant cuda_compiler_version=13.0")
+        if key in overrides:
+            raise BadInput(f"--variant {key} given twice", source="command line", fix="give each key once")
+        overrides[key] = value
+    return overrides
 
 
 def run_channel_index(*, path: Path, as_json: bool) -> int:

@@ -1,0 +1,221 @@
+#!/usr/bin/env bash
+# Issue 16 on the lent H200: recipes/mmcv built for CUDA by the recipe itself (rattler-build, the
+# recipe's compiler('cuda'), host requirements, sandbox and test section) and checked on the GPU.
+#
+#   bash scripts/gpu-proof.sh                 # all stages, in the foreground
+#   bash scripts/gpu-proof.sh --start 540     # detached (setsid), then collect for 540 s
+#   bash scripts/gpu-proof.sh --collect 540   # a later call on the same machine: collect again
+#
+# The machine has no network, so conda-forge is replaced by a STAND-IN channel assembled from
+# the machine's own CPython, torch (+ nvidia-* libraries) and CUDA toolkit and the carried wheels
+# (tests/support/bootstrap_cuda.py; every package says STAND-IN in its metadata). Stages:
+#   channel   the stand-in channel (stand-in.json: what it holds, sizes, seconds)
+#   noarch    mmstack and the patched mmdet (noarch): from $CARRY/noarch if carried (built with
+#             `mmstack build` on a machine with their python_min), else built here without tests
+#   sm90      `mmstack build` of recipes/mmcv for CUDA 13.0 / sm_90 (the h100 row's arch set,
+#             CUDA/python/pytorch set to this machine's by --variant): tests on the GPU
+#   install90 the .conda into a fresh prefix with py-rattler (+ mmdet, mmstack), then
+#             `mmstack verify --expect-gpu --levels L1..L5 --model faster-rcnn,faster-rcnn-mdconv`
+#   ptx       the same recipe for `8.0+PTX` (runs on sm_90 only through the driver's JIT)
+#   installptx  as install90, for the PTX build, plus `mmstack arch check` for the prediction
+#   bench     ops against torchvision, detector it/s against torchvision, a profile of both
+# Results go to $RES (default /tmp/res); `--start`/`--collect` tar them into $OUT.
+# NOTEST_FALLBACK=1: if the sm_90 sandbox tests fail, rebuild without them (tag sm90nt) so the
+# installed-prefix ladder still runs (on an untested package; its files say sm90nt).
+# Summary: python benchmarks/gpu_proof_summary.py RESULTS_DIR > RESULTS_DIR/summary.json
+#
+# Layout expected on the device (the checkout that travels is main's; this tree is carried):
+#   $CARRY/tree (this repository), $CARRY/wheels/*.whl (py-rattler, py-rattler-build and the
+#   pure/cp312 wheels the image lacks), $CARRY/sdist/{mmcv-2.2.0,mmdet-3.3.0}.tar.gz
+set -uo pipefail
+export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+CARRY="${CARRY:-$(dirname "$ROOT")}"
+RES="${RES:-/tmp/res}"
+W="${WORK:-/tmp/gp}"
+PY="${PY:-python3}"
+STAGES="${STAGES:-channel noarch sm90 install90 ptx installptx bench}"
+DONE="$RES/DONE"
+
+collect() {  # wait up to $1 s for the detached run, then hand $RES back through $OUT
+  local until=$((SECONDS + ${1:-540}))
+  while [[ ! -e "$DONE" && $SECONDS -lt $until ]]; do sleep 2; done
+  mkdir -p "${OUT:-/tmp/out}"
+  tar czf "${OUT:-/tmp/out}/res.tgz" -C "$RES" . 2>/dev/null
+  cp /tmp/gpu-proof.out "${OUT:-/tmp/out}/gpu-proof.out" 2>/dev/null
+  echo "--- status: $(cat "$RES/STATUS" 2>/dev/null) done=$([[ -e $DONE ]] && echo yes || echo no)"
+  tail -40 /tmp/gpu-proof.out 2>/dev/null
+}
+case "${1:-}" in
+  --start)
+    rm -rf "$RES"; mkdir -p "$RES"
+    setsid nohup bash "${BASH_SOURCE[0]}" > /tmp/gpu-proof.out 2>&1 < /dev/null &
+    collect "${2:-540}"; exit 0 ;;
+  --collect)
+    collect "${2:-540}"; exit 0 ;;
+esac
+
+mkdir -p "$RES" "$W"
+status() { echo "$(date +%T) $*" | tee -a "$RES/STATUS"; }
+want() { [[ " $STAGES " == *" $1 "* ]]; }
+trap 'touch "$DONE"' EXIT
+
+# --- tools: py-rattler(-build) and what mmstack needs, without leaking into the builds ----------
+# (SKIP_PIP=1 where the running python has them already)
+SITE="$W/site"
+[[ -n "${SKIP_PIP:-}" ]] || "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" \
+  "$CARRY"/wheels/py_rattler*.whl "$CARRY"/wheels/pydantic*.whl "$CARRY"/wheels/annotated_types*.whl \
+  "$CARRY"/wheels/typing_inspection*.whl "$CARRY"/wheels/pyelftools*.whl || { status "FAIL pip install"; exit 1; }
+SP="$SITE:$ROOT/src:$ROOT/tests"
+# mmstack's CLI with the carried packages on sys.path only (no PYTHONPATH for its children: the
+# recipe's tests must use the mmstack package built into the channel, not this tree).
+MM=("$PY" -c 'import sys; sys.path[:0] = sys.argv.pop(1).split(":"); sys.argv[0] = "mmstack"; from mmstack.cli import main; sys.exit(main())' "$SP")
+PYV=$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+TV=$("$PY" -c 'import torch; print(".".join(torch.__version__.split(".")[:2]))' 2>/dev/null)
+CV=$("$PY" -c 'import torch; print(".".join(torch.version.cuda.split(".")[:2]))' 2>/dev/null)
+GCCMAJOR=$(gcc -dumpversion | cut -d. -f1)
+VARIANT=(--variant "python=$PYV" --variant "pytorch=$TV" --variant "cuda_compiler_version=$CV")
+# the matrix's c_stdlib_version for this CUDA (zipped with cuda_compiler_version: 2.28 for 13.0)
+CSTD=$("$PY" -c 'import sys, yaml
+c = yaml.safe_load(open(sys.argv[1])); cv = [str(x) for x in c["cuda_compiler_version"]]
+s = c.get("c_stdlib_version", [])
+print(s[cv.index(sys.argv[2])] if len(s) == len(cv) and sys.argv[2] in cv else "")' "$ROOT/conda_build_config.yaml" "$CV")
+[[ -n "$CSTD" ]] && VARIANT+=(--variant "c_stdlib_version=$CSTD")
+# the recipe's tests take torchvision (L4's references) unless the channel cannot have it
+"$PY" -c 'import torchvision' 2>/dev/null || export MMSTACK_NO_TORCHVISION=1
+if grep -q '^c_compiler_version' "$ROOT/conda_build_config.yaml"; then
+  VARIANT+=(--variant "c_compiler_version=$GCCMAJOR" --variant "cxx_compiler_version=$GCCMAJOR")
+fi
+{ nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv,noheader
+  nvcc --version | tail -2; echo "nvcc: $(readlink -f "$(command -v nvcc)")"; gcc --version | head -1
+  "$PY" -c 'import sys, torch; print(sys.version.split()[0], sys.executable, sys._base_executable, torch.__version__, torch.version.cuda)'
+  echo "cores: $(nproc)"; echo "variant: ${VARIANT[*]}"; echo "MMSTACK_NO_TORCHVISION=${MMSTACK_NO_TORCHVISION:-}"; git -C "$ROOT" log -1 --oneline 2>/dev/null || cat "$ROOT/.gpu-commit" 2>/dev/null
+} > "$RES/machine.txt" 2>&1
+status "start: python $PYV torch $TV cuda $CV gcc $GCCMAJOR"
+
+BOOT="$W/standin"; CH="$W/channel"
+if want channel; then
+  status "channel"
+  PYTHONPATH="$SITE" "$PY" "$ROOT/benchmarks/timed.py" --json "$RES/standin_time.json" -- \
+    "$PY" "$ROOT/tests/support/bootstrap_cuda.py" "$BOOT" --wheels "$CARRY/wheels" --json "$RES/standin.json" \
+    > "$RES/standin.log" 2>&1 || { status "FAIL channel"; tail -30 "$RES/standin.log"; exit 1; }
+fi
+
+# offline copies of the recipes that download a source (same sha256, a file:// URL)
+mkdir -p "$W/cache/sdist" && cp "$CARRY"/sdist/*.tar.gz "$W/cache/sdist/"
+rm -rf "$W/recipes"
+MMSTACK_TEST_CACHE="$W/cache" "$PY" -c 'import sys; sys.path[:0] = sys.argv.pop(1).split(":")
+from pathlib import Path
+from support import offline
+root, w = Path(sys.argv[1]), Path(sys.argv[2])
+for n in ("mmcv", "mmdet"):
+    offline.offline_recipe_for(n, root / "recipes" / n, w / "recipes" / n)' "$SP" "$ROOT" "$W" \
+  || { status "FAIL offline recipes"; exit 1; }
+
+build() {  # build TAG [mmstack build args...]: one timed `mmstack build` with its full log
+  local tag=$1; shift
+  "$PY" "$ROOT/benchmarks/timed.py" --json "$RES/build_time_$tag.json" -- "${MM[@]}" build --root "$ROOT" \
+    --source-channel "$BOOT" --channel "$CH" --log "$RES/rattler-build-$tag.log" --json "$@" \
+    > "$RES/build_$tag.json" 2> "$RES/build_$tag.err"
+}
+
+if want noarch; then
+  if compgen -G "$CARRY/noarch/*.conda" > /dev/null; then
+    # noarch: python packages built elsewhere by `mmstack build` (their recipes build and test on
+    # python_min 3.11, which this machine's stand-in channel does not have); they install anywhere.
+    status "noarch: carried $(cd "$CARRY/noarch" && echo *.conda)"
+    mkdir -p "$CH/noarch" && cp "$CARRY"/noarch/*.conda "$CH/noarch/" && "${MM[@]}" channel index "$CH" > "$RES/build_noarch.json" \
+      || { status "FAIL noarch index"; exit 1; }
+  else
+    status "noarch: mmstack + mmdet (--no-test)"
+    build noarch --env h100 --recipe "$ROOT/recipes/mmstack" --recipe "$W/recipes/mmdet" --no-test "${VARIANT[@]}" \
+      || { status "FAIL noarch"; tail -20 "$RES/build_noarch.err"; exit 1; }
+  fi
+fi
+
+units() {  # units TAG WORKDIR: per-unit compile times from the kept build tree's ninja log
+  local log; log=$(find "$2" -name .ninja_log 2>/dev/null | head -1)
+  [[ -n "$log" ]] && "$PY" "$ROOT/benchmarks/ninja_units.py" "$log" --json --top 1000 > "$RES/units_$1.json"
+}
+
+verify_prefix() {  # verify_prefix TAG PREFIX SPEC...: install into a fresh prefix and run the ladder there
+  local tag=$1 prefix=$2; shift 2
+  rm -rf "$prefix"
+  "$PY" - "$SP" "$CH" "$BOOT" "$prefix" "$@" > "$RES/install_$tag.json" 2> "$RES/install_$tag.err" <<'EOF'
+import json, sys, time
+sys.path[:0] = sys.argv[1].split(":")
+from mmstack import channel
+ch, boot, prefix, specs = sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
+t = time.monotonic()
+recs = channel.install(specs, [ch, boot], prefix)
+print(json.dumps({"specs": specs, "prefix": prefix, "seconds": round(time.monotonic() - t, 1), "installed": recs}, indent=1))
+EOF
+  [[ -x "$prefix/bin/mmstack" ]] || { status "FAIL install $tag"; tail -5 "$RES/install_$tag.err"; return 1; }
+  local envp=(env -u PYTHONPATH -u VIRTUAL_ENV -u PYTHONHOME "PATH=$prefix/bin:/usr/local/bin:/usr/bin:/bin")
+  "${envp[@]}" "$prefix/bin/python" "$ROOT/benchmarks/timed.py" --json "$RES/verify_time_$tag.json" -- \
+    "$prefix/bin/mmstack" verify --expect-gpu --levels L1,L2,L3,L4,L5 --model faster-rcnn,faster-rcnn-mdconv --json \
+    > "$RES/verify_installed_$tag.json" 2> "$RES/verify_installed_$tag.err"
+  local rc=$?
+  "${envp[@]}" "$prefix/bin/mmstack" doctor --json > "$RES/doctor_$tag.json" 2>&1
+  local ext; ext=$("${envp[@]}" "$prefix/bin/python" -c 'import importlib.util as u; print(u.find_spec("mmcv._ext").origin)' 2>/dev/null)
+  "${envp[@]}" "$prefix/bin/mmstack" fatbin "$ext" --json > "$RES/fatbin_$tag.json" 2>&1
+  { cuobjdump --list-elf "$ext" | sed 's/.*\.\(sm_[0-9a-z]*\)\..*/\1/' | sort | uniq -c; echo "ptx entries: $(cuobjdump --list-ptx "$ext" 2>/dev/null | wc -l)"
+    du -b "$ext"; } > "$RES/cuobjdump_$tag.txt" 2>&1
+  status "verify $tag rc=$rc"
+  return $rc
+}
+
+if want sm90; then
+  status "sm90: mmcv cuda$CV sm_90 (tests in the sandbox on the GPU)"
+  rm -rf "$W/work90"
+  build sm90 --env h100 --recipe "$W/recipes/mmcv" --keep-build --work-dir "$W/work90" "${VARIANT[@]}"
+  rc=$?; units sm90 "$W/work90"; status "sm90 build rc=$rc"
+  rm -rf "$W/work90"
+  if [[ $rc != 0 && -n "${NOTEST_FALLBACK:-}" ]]; then
+    # the same recipe and variant without its test section (tag sm90nt): the installed-prefix
+    # ladder then runs on a package that is NOT the tested one; results say so by their tag
+    status "sm90nt: the same build with --no-test (the sandbox tests failed)"
+    rm -rf "$W/work90"
+    build sm90nt --env h100 --recipe "$W/recipes/mmcv" --no-test --keep-build --work-dir "$W/work90" "${VARIANT[@]}"
+    rc=$?; units sm90nt "$W/work90"; status "sm90nt build rc=$rc"
+    rm -rf "$W/work90"
+  fi
+  [[ $rc == 0 ]] || { tail -30 "$RES/build_sm90.err"; exit 1; }
+fi
+ptx_stage() {
+  status "ptx: mmcv cuda$CV 8.0+PTX"
+  rm -rf "$W/workptx"
+  build ptx --env h100 --recipe "$W/recipes/mmcv" --keep-build --work-dir "$W/workptx" "${VARIANT[@]}" \
+    --variant "mmcv_arch_list=8.0+PTX" --variant "arch_tag=sm80ptx"
+  local rc=$?; units ptx "$W/workptx"; status "ptx build rc=$rc"
+  rm -rf "$W/workptx"
+  return $rc
+}
+# The PTX build compiles while the sm_90 package is installed and its ladder runs (device time is
+# short): its wall time is therefore not a clean number; the sm_90 build ran alone.
+PTX_PID=""
+if want ptx; then ptx_stage & PTX_PID=$!; fi
+if want install90; then
+  status "install90"
+  verify_prefix sm90 "$W/p90" "mmcv ==2.2.0 cuda*_sm90_*" mmdet mmstack "python $PYV.*"
+fi
+if [[ -n "$PTX_PID" ]]; then wait "$PTX_PID"; fi
+find "$CH" -name '*.conda' -printf '%s %p\n' > "$RES/channel_files.txt"
+if want installptx; then
+  status "installptx"
+  "${MM[@]}" arch check --gpu H200 --arch-list "8.0+PTX" --cuda "$CV" --json > "$RES/arch_check_ptx.json" 2>&1
+  "${MM[@]}" arch check --gpu H200 --arch-list "9.0" --cuda "$CV" --json > "$RES/arch_check_sm90.json" 2>&1
+  verify_prefix ptx "$W/pptx" "mmcv ==2.2.0 cuda*_sm80ptx_*" mmdet mmstack "python $PYV.*"
+fi
+if want bench && [[ -x "$W/p90/bin/python" ]]; then
+  status "bench"
+  # torchvision is not in the prefix: the machine's own, built for the same torch, on a side path
+  tv=$("$PY" -c 'import torchvision, os; print(os.path.dirname(torchvision.__file__))')
+  mkdir -p "$W/tvonly" && ln -sfn "$tv" "$W/tvonly/torchvision"
+  benv=(env -u VIRTUAL_ENV "PYTHONPATH=$W/tvonly" "PATH=$W/p90/bin:/usr/local/bin:/usr/bin:/bin")
+  "${benv[@]}" timeout 150 "$W/p90/bin/python" "$ROOT/benchmarks/bench_ops.py" --device cuda --json > "$RES/ops_sm90.json" 2> "$RES/ops_sm90.err"
+  "${benv[@]}" timeout 240 "$W/p90/bin/python" "$ROOT/benchmarks/bench_detector.py" --device cuda --repeats 5 --iters 10 --json > "$RES/detector_sm90.json" 2> "$RES/detector_sm90.err"
+  "${benv[@]}" timeout 180 "$W/p90/bin/python" "$ROOT/benchmarks/profile_detector.py" --device cuda --iters 10 > "$RES/profile_sm90.json" 2> "$RES/profile_sm90.err"
+  status "bench done"
+fi
+status "end"

@@ -1,0 +1,88 @@
+"""The H200 proof's parts that run anywhere: the stand-in nvcc activation (as conda-forge's
+behaves), requirement mapping for repacked distributions, and the committed recipe-run1 results
+read back by the summary script (the sandbox ladder really ran L2 and L4 on the GPU)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+from support import bootstrap_cuda
+
+ROOT = Path(__file__).resolve().parents[1]
+RUN1 = ROOT / "benchmarks" / "results" / "h200" / "recipe-run1"
+
+
+def _activate(tmp_path: Path, env: dict) -> tuple[int, dict]:
+    script = tmp_path / "activate.sh"
+    script.write_text(bootstrap_cuda._NVCC_ACTIVATE.format(stand_in="x", targets=bootstrap_cuda.TARGETS))
+    code = f"source {script}; rc=$?; echo RC=$rc; env"
+    out = subprocess.run(["bash", "-c", code], capture_output=True, text=True, env={"PATH": "/usr/bin:/bin", **env})
+    lines = out.stdout.splitlines()
+    rc = int(next(line for line in lines if line.startswith("RC="))[3:])
+    return rc, dict(line.split("=", 1) for line in lines if "=" in line and not line.startswith("RC="))
+
+
+def test_nvcc_activation_in_a_build_points_nvcc_at_cxx_and_the_host_targets_dir(tmp_path):
+    rc, env = _activate(tmp_path, {"CONDA_BUILD": "1", "PREFIX": "/h", "BUILD_PREFIX": "/b", "CXX": "/usr/bin/g++"})
+    assert rc == 0
+    assert "-ccbin=/usr/bin/g++" in env["NVCC_PREPEND_FLAGS"]
+    assert "-I/h/targets/x86_64-linux/include" in env["NVCC_APPEND_FLAGS"]
+    assert "-L/h/targets/x86_64-linux/lib" in env["LDFLAGS"] and "-L/b/targets/x86_64-linux/lib" in env["LDFLAGS"]
+    assert "-I/h/targets/x86_64-linux/include" in env["CXXFLAGS"]
+
+
+def test_nvcc_activation_without_a_cxx_compiler_fails(tmp_path):
+    rc, env = _activate(tmp_path, {"CONDA_BUILD": "1", "PREFIX": "/h", "BUILD_PREFIX": "/b"})
+    assert rc != 0
+    assert "NVCC_PREPEND_FLAGS" not in env
+
+
+def test_repacked_distributions_depend_on_what_their_metadata_requires():
+    dist = metadata.distribution("rich")
+    known = bootstrap_cuda._known_names([])
+    deps = bootstrap_cuda._conda_depends(dist, known, log=lambda _m: None)
+    assert {"markdown-it-py", "pygments"} <= set(deps)
+
+
+@pytest.mark.skipif(not RUN1.is_dir(), reason="no committed recipe-run1 results")
+def test_recipe_run1_summary_is_what_the_script_makes_of_the_committed_files():
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_proof_summary.py"), str(RUN1)],
+                         capture_output=True, text=True, check=True).stdout
+    assert json.loads(out) == json.loads((RUN1 / "summary.json").read_text())
+
+
+@pytest.mark.skipif(not RUN1.is_dir(), reason="no committed recipe-run1 results")
+def test_recipe_run1_sandbox_ran_l2_and_l4_on_the_h200():
+    summary = json.loads((RUN1 / "summary.json").read_text())
+    for tag in ("sm90", "ptx"):
+        sandbox = summary["builds"][tag]["sandbox_ladder"]
+        assert "--expect-gpu" in sandbox["command"] and "--l4 complete" in sandbox["command"]
+        assert sandbox["levels"]["L2"]["status"] == "PASS" and "H200" in sandbox["levels"]["L2"]["reason"]
+        assert sandbox["l4_device"] == "cuda"
+        assert any(op["status"] == "pass" and op["device"] == "cuda" for op in sandbox["l4_ops"])
+    assert "PTX JIT" in summary["builds"]["ptx"]["sandbox_ladder"]["levels"]["L2"]["reason"]
+    assert summary["arch_check"]["ptx"]["verdict"] == "ptx-jit"
+    installed = summary["installed_prefix_ladder"]["sm90"]
+    assert installed["ok"] and all(lv["status"] == "PASS" for lv in installed["levels"].values())
+
+
+@pytest.mark.skipif(not RUN1.is_dir(), reason="no committed recipe-run1 results")
+def test_schedule_replay_of_the_current_patch_is_the_committed_one():
+    from support import offline
+
+    sdist = Path(offline.CACHE_ROOT) / "sdist" / "mmcv-2.2.0.tar.gz"
+    if not sdist.is_file():
+        pytest.skip("mmcv sdist not cached (tests/test_build_e2e.py fetches it)")
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "schedule_units.py"), str(RUN1 / "units_sm90.json"),
+                          "--sdist", str(sdist), "--cores", "16"], capture_output=True, text=True, check=True, cwd=ROOT).stdout
+    got, want = json.loads(out), json.loads((RUN1 / "schedule_sm90_patch-v2.json").read_text())
+    assert got["patch_sha256"] == want["patch_sha256"], "patch 0007 changed: regenerate schedule_sm90_patch-v2.json"
+    assert got["orders"] == want["orders"]
+    spans = {name: row["span_s"] for name, row in got["orders"].items()}
+    assert spans["patch 0007"] < spans["setuptools (sorted by path)"]
