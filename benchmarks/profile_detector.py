@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bench_detector as bd  # noqa: E402
+import bench_detector as bd
 
 td = bd.td
 # Kernels of the detection ops either library brings (mmcv: roi_align_forward_cuda_kernel,

@@ -46,7 +46,7 @@ def unit_times(units_json: Path, srcs: list[str]) -> dict[str, float]:
     times = {}
     for obj, paths in by_obj.items():
         for path, t in zip(sorted(paths, key=lambda p: (not p.endswith(".cu"), p)),
-                           sorted(measured.get(obj, []), reverse=True)):
+                           sorted(measured.get(obj, []), reverse=True), strict=False):  # fewer times than paths: the rest keep none
             times[path] = t
     missing = [s for s in srcs if s not in times]
     if missing:

@@ -14,8 +14,8 @@ import pytest
 
 pytest.importorskip("rattler_build", reason="py-rattler-build is the optional 'build' extra")
 
-from mmstack import build  # noqa: E402
-from mmstack.errors import BadInput, BuildFailed  # noqa: E402
+from mmstack import build
+from mmstack.errors import BadInput, BuildFailed
 
 RECIPE = """\
 package:
@@ -158,7 +158,7 @@ def test_stack_build_lands_each_recipe_before_the_next_builds(tmp_path):
 def test_a_build_script_error_message_is_what_the_user_sees(tmp_path):
     recipe_dir, config = _recipe(
         tmp_path, extra="\"echo 'mmstack build.sh: ERROR: CUDA variant has no arch list.' && echo 'error: noise' && false\"")
-    with pytest.raises(BuildFailed, match="mmstack build.sh: ERROR: CUDA variant has no arch list."):
+    with pytest.raises(BuildFailed, match=r"mmstack build.sh: ERROR: CUDA variant has no arch list\."):
         build.run_build(recipe_dir=recipe_dir, variant_config=config, channel_dir=tmp_path / "channel",
                         select={"flavor": "plain"}, extra_channels=[], work_dir=tmp_path)
 

@@ -30,8 +30,9 @@ import pytest
 
 pytest.importorskip("rattler_build", reason="py-rattler-build is the optional 'build' extra")
 
-from mmstack import build, channel  # noqa: E402
-from support import bootstrap, offline  # noqa: E402
+from support import bootstrap, offline
+
+from mmstack import build, channel
 
 pytestmark = pytest.mark.slow
 

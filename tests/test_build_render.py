@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("rattler_build", reason="py-rattler-build is the optional 'build' extra")
 
-from mmstack import build, variants  # noqa: E402
+from mmstack import build, variants
 
 try:
     import tomllib
@@ -90,7 +90,7 @@ def test_cuda_rows_pin_cuda_and_a_cuda_pytorch(rendered, tag, cuda, stdlib):
     assert f"cuda-nvcc_linux-64 {cuda}.*" in req["build"]  # compiler('cuda'), only here
     assert f"sysroot_linux-64 {stdlib}.*" in req["build"]
     assert f"cuda-version =={cuda}" in req["host"]
-    assert set(CUDA_HEADERS + ["cuda-cudart-dev"]) <= set(req["host"])
+    assert {*CUDA_HEADERS, "cuda-cudart-dev"} <= set(req["host"])
     assert "libcurand-dev" not in req["host"]  # mmcv 2.2.0 includes no curand header
     assert "pytorch" in req["host"] and "pytorch * cuda*" in req["host"]
     assert req["run_constraints"] == ["pytorch * cuda*"]

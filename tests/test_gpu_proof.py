@@ -11,7 +11,6 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
-
 from support import bootstrap_cuda
 
 ROOT = Path(__file__).resolve().parents[1]

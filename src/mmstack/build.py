@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from . import channel as channelmod
 from .errors import BadInput, BuildFailed
@@ -46,7 +47,11 @@ class BuiltPackage:
                 "build_string": self.build_string, "variant": self.variant, "seconds": round(self.seconds, 1)}
 
 
-def load_variant_config(path: str | os.PathLike[str], overrides: Mapping[str, object] | None = None):
+# A variant key's value(s): one string or number, or a list of them (as the config's YAML has them).
+Override = str | int | float | Sequence[str | int | float]
+
+
+def load_variant_config(path: str | os.PathLike[str], overrides: Mapping[str, Override] | None = None) -> Any:
     """conda_build_config.yaml (selectors and all) as rattler-build reads it, plus overrides.
 
     An override replaces a key's values (a str is one value). zip_keys stay as the file has them:
@@ -61,7 +66,7 @@ def load_variant_config(path: str | os.PathLike[str], overrides: Mapping[str, ob
     try:
         jinja = JinjaConfig(platform=PlatformConfig(target_platform=TARGET_PLATFORM))
         config = VariantConfig.from_conda_build_config(str(path), jinja)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - any engine error reading the config is bad input, said in one line
         raise BadInput(f"cannot read variant config: {_first_line(exc)}", source=str(path), fix="fix the YAML") from None
     if overrides:
         values = {k: [str(v)] if isinstance(v, (str, int, float)) else [str(x) for x in v] for k, v in overrides.items()}
@@ -80,8 +85,8 @@ def load_variant_config(path: str | os.PathLike[str], overrides: Mapping[str, ob
 def render(
     *,
     recipe_dir: str | os.PathLike[str],
-    variant_config: str | os.PathLike[str] | object,
-    overrides: Mapping[str, object] | None = None,
+    variant_config: str | os.PathLike[str] | Any,
+    overrides: Mapping[str, Override] | None = None,
     select: Mapping[str, str] | None = None,
 ) -> list:
     """Rendered variants (rattler_build.RenderedVariant) of the recipe, filtered by `select`.
@@ -97,7 +102,7 @@ def render(
     try:
         recipe = Stage0Recipe.from_file(recipe_path)
         rendered = recipe.render(config, RenderConfig(platform=PlatformConfig(target_platform=TARGET_PLATFORM)))
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - any render error is the recipe's or config's, said in one line
         raise BadInput(f"cannot render recipe: {_render_error(exc)}", source=str(recipe_path),
                        fix="fix the recipe or add the missing key to the variant config") from None
     if select:
@@ -128,7 +133,7 @@ def run_build(
     channel_dir: str | os.PathLike[str],
     env: str | None = None,
     select: Mapping[str, str] | None = None,
-    overrides: Mapping[str, object] | None = None,
+    overrides: Mapping[str, Override] | None = None,
     extra_channels: Sequence[str | os.PathLike[str]] = DEFAULT_CHANNELS,
     test: bool = True,
     progress: Progress | None = None,
@@ -168,11 +173,11 @@ def run_build(
     if channel_path.is_dir():
         channels.insert(0, channelmod.ensure_channel(channel_path).as_uri())
     tool = ToolConfiguration(test_strategy="native" if test else "skip", keep_build=keep_build)
-    log_fh = open(log_file, "a", encoding="utf-8") if log_file else None  # noqa: SIM115 (closed below)
+    log_fh = open(log_file, "a", encoding="utf-8") if log_file else None
     callback = _Callback(say, log_fh) if (progress or log_fh) else None
 
     out = Path(tempfile.mkdtemp(prefix="mmstack-build-", dir=work_dir))
-    built: list[tuple[Path, object, float]] = []
+    built: list[tuple[Path, Any, float]] = []  # (package, rattler_build's BuildResult, seconds)
     try:
         for i, variant in enumerate(rendered, 1):
             name = f"{variant.recipe.package.name}-{variant.recipe.package.version}-{variant.recipe.build.string}"
@@ -181,7 +186,7 @@ def run_build(
             try:
                 result = variant.run_build(tool_config=tool, output_dir=out, channels=channels,
                                            progress_callback=callback)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - any engine failure becomes BuildFailed with its log
                 raise _build_failed(name, exc, Path(work_dir or tempfile.gettempdir())) from None
             seconds = time.monotonic() - started
             say(f"[{i}/{len(rendered)}] built {name} in {seconds:.0f}s")
@@ -195,7 +200,7 @@ def run_build(
     return [
         BuiltPackage(path=dest, name=result.name, version=result.version, build_string=result.build_string,
                      variant=dict(result.variant), seconds=seconds)
-        for dest, (_, result, seconds) in zip(landed, built)
+        for dest, (_, result, seconds) in zip(landed, built, strict=True)
     ]
 
 
@@ -331,9 +336,9 @@ def _build_failed(name: str, exc: Exception, log_dir: Path) -> BuildFailed:
         got = f": recipe says {expected.group(1)[:12]}..., download is {actual.group(1)[:12]}..." if expected and actual else ""
         return BuildFailed(f"{name}: source {sha.group(1)} mismatch{got}",
                            fix="check source.url and source.sha256 in recipe.yaml (a re-released sdist changes its hash)")
-    log_file = log_dir / f"mmstack-build-{name}.log"
+    log_file: Path | None = log_dir / f"mmstack-build-{name}.log"
     try:
-        log_file.write_text("\n".join(log + ["", text]) + "\n")
+        log_file.write_text("\n".join([*log, "", text]) + "\n")  # type: ignore[union-attr]
     except OSError:
         log_file = None
     summary = text.strip().splitlines()[0].removeprefix("PyRattlerBuildError: ") if text.strip() else type(exc).__name__

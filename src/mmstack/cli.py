@@ -124,10 +124,10 @@ def build(
     source_channel: list[str] | None = typer.Option(None, "--source-channel", help="Where dependencies come from (repeatable; default: conda-forge)."),
     no_test: bool = typer.Option(False, "--no-test", help="Skip the recipes' test sections (L1-L4 in the sandbox)."),
     root: Path = typer.Option(Path("."), "--root", help="Repository root (recipes/, conda_build_config.yaml)."),
-    variant: Optional[list[str]] = typer.Option(None, "--variant", help="KEY=VALUE replacing a variant key's values for this build, e.g. cuda_compiler_version=13.0 (repeatable; --env then selects on the other keys)."),
+    variant: list[str] | None = typer.Option(None, "--variant", help="KEY=VALUE replacing a variant key's values for this build, e.g. cuda_compiler_version=13.0 (repeatable; --env then selects on the other keys)."),
     keep_build: bool = typer.Option(False, "--keep-build", help="Keep the build trees (under --work-dir)."),
-    work_dir: Optional[Path] = typer.Option(None, "--work-dir", help="Where build trees go (default: the system temp dir)."),
-    log: Optional[Path] = typer.Option(None, "--log", help="Also write rattler-build's full log (build and test output) to this file."),
+    work_dir: Path | None = typer.Option(None, "--work-dir", help="Where build trees go (default: the system temp dir)."),
+    log: Path | None = typer.Option(None, "--log", help="Also write rattler-build's full log (build and test output) to this file."),
     json: bool = JSON,
 ) -> None:
     """Build the recipes into a local channel and index it (all or nothing per recipe)."""

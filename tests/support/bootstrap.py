@@ -44,10 +44,10 @@ import sys
 import tempfile
 import time
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable
 
 CACHE_ROOT = Path(os.environ.get("MMSTACK_TEST_CACHE", "~/.cache/mmstack-tests")).expanduser()
 # Written by tests/test_build_e2e.py: the python of a prefix installed from the recipe-built channel.

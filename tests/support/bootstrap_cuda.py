@@ -53,8 +53,8 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make `support` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from support import bootstrap  # noqa: E402
-from support.bootstrap import PY, PY_ABI, PY_PIN, PY_TAG, STAMP, BootstrapUnavailable, Wheel  # noqa: E402
+from support import bootstrap
+from support.bootstrap import PY, PY_ABI, PY_PIN, PY_TAG, STAMP, BootstrapUnavailable, Wheel
 
 STAND_IN = "STAND-IN (mmstack tests/support/bootstrap_cuda.py)"
 TARGETS = "targets/x86_64-linux"

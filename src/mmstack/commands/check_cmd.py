@@ -8,9 +8,9 @@ off, and `--strict` (what CI runs) turns every SKIP into a failure.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Union
 
 from .. import report, variants
 from ..errors import MmstackError
@@ -26,7 +26,7 @@ class Skip:
 
 # Each check takes the repo root and returns what it checked (PASS) or a Skip; it raises
 # MmstackError on a problem. An ImportError out of a check is a SKIP naming the missing module.
-Check = Callable[[Path], Union[str, Skip]]
+Check = Callable[[Path], str | Skip]
 
 BUILD_EXTRA = "pip install 'mmstack[build]'"
 
