@@ -93,6 +93,16 @@ class ChildRun:
     def ok(self) -> bool:
         return self.returncode == 0 and self.done and not self.timed_out and not self.errors and not self.skipped
 
+    def apply(self, rec: dict) -> None:
+        """One journal record's step, evidence and error (what every child mode writes)."""
+        if "step" in rec:
+            self.step = rec["step"]
+        self.evidence.update(rec.get("evidence", {}))
+        if "error" in rec:
+            self.errors.append(rec["error"])
+            if "traceback" in rec:
+                self.evidence["traceback"] = rec["traceback"]
+
     def tail(self, n: int = _TAIL_LINES) -> str:
         return "\n".join(self.output.rstrip().splitlines()[-n:])
 
@@ -154,13 +164,7 @@ def run_child(mode: str, *, python: str, timeout: float, opts: dict | None = Non
                 rec = json.loads(line)
             except json.JSONDecodeError:  # a line cut short by the crash
                 continue
-            if "step" in rec:
-                run.step = rec["step"]
-            run.evidence.update(rec.get("evidence", {}))
-            if "error" in rec:
-                run.errors.append(rec["error"])
-                if "traceback" in rec:
-                    run.evidence["traceback"] = rec["traceback"]
+            run.apply(rec)
             run.done = run.done or bool(rec.get("done"))
         return run
 
@@ -238,13 +242,7 @@ def _child_once(parts: list[str], *, python: str, timeout: float, opts: dict, en
             run.skipped = rec["skipped"]
         if "start" in rec:
             run.started = rec["start"]
-        if "step" in rec:
-            run.step = rec["step"]
-        run.evidence.update(rec.get("evidence", {}))
-        if "error" in rec:
-            run.errors.append(rec["error"])
-            if "traceback" in rec:
-                run.evidence["traceback"] = rec["traceback"]
+        run.apply(rec)
         if rec.get("done"):
             run.done, run.returncode, run.seconds = True, 0, rec.get("seconds", 0.0)
     unfinished = [r for r in runs.values() if not r.done and not r.skipped]
