@@ -293,6 +293,22 @@ def _recipe_prefix(docs) -> tuple[list[str], list[list[object]]]:
     return ["build", "ladder", "wall", "levels"], rows
 
 
+def _cpu_ladder(docs) -> tuple[list[str], list[list[object]]]:
+    """bench_ladder.py: the ladder against a bare `import mmcv.ops` + one op, medians of one run."""
+    d = docs[0]
+    med, ratio = d["median"], d["ratio"]
+    rows = []
+    for key in ("bare", "bare-no-teardown", "L1-L4", "L1-L5", "cli"):
+        if key not in med:
+            continue
+        interp = d.get("interpreters", {}).get(key)
+        rows.append([key, len(d["seconds"][key]), fmt(med[key], "{:.2f} s"),
+                     "1.00" if key == "bare" else fmt(ratio.get(f"{key}_over_bare"), "{:.2f}"),
+                     fmt(ratio.get(f"{key}_over_bare-no-teardown"), "{:.2f}"),
+                     fmt(max(interp) if interp else None, "{}")])
+    return ["run", "runs", "median", "× bare", "× bare without interpreter shutdown", "interpreters (max)"], rows
+
+
 def _arch_sets(docs) -> tuple[list[str], list[list[object]]]:
     d = docs[0]
     names = {"per-gen": f"per-gen `{d['per_gen']}`", "fat": "fat", "fat+thr": "fat `--threads 0`",
@@ -336,6 +352,7 @@ TABLES: dict[str, Table] = {
     "h200-dist1": Table(sources=["h200/run2-fixed/dist1_sm90.json"], build=_dist1),
     "h200-recipe-builds": Table(sources=["h200/recipe-run1/summary.json"], build=_recipe_builds),
     "h200-recipe-prefix": Table(sources=["h200/recipe-run1/summary.json"], build=_recipe_prefix),
+    "cpu-ladder": Table(sources=["cpu-dev/ladder.json"], build=_cpu_ladder),
     "cpu-arch-sets": Table(sources=["cpu-dev/arch_sets.json"], build=_arch_sets),
     "cpu-detector": Table(sources=["cpu-dev/detector_cpu.json"], build=_cpu_detector),
 }
