@@ -138,6 +138,20 @@ def test_every_gpu_on_nvidias_lists_is_known_with_its_compute_capability():
         assert gpu.compute_capability == cc, name
 
 
+def test_laptop_and_variant_parts_from_nvidias_driver_readme_have_their_own_rows():
+    f = facts.load()
+    rows = _lines("nvidia-driver-readme-gpus.txt")
+    assert len(rows) >= 14
+    for _pci_ids, name in rows:
+        gpu = f.lookup_gpu(name)
+        assert gpu is not None and gpu.name == name, name
+        assert gpu.same_chip_as and gpu.source.startswith("https://github.com/NVIDIA/open-gpu-kernel-modules"), name
+        assert ("Laptop" in name) == (gpu.segment == "laptop"), name
+    # the name misleads: an Ada chip, not the Ampere RTX 3050's
+    assert f.lookup_gpu("NVIDIA GeForce RTX 3050 A Laptop GPU").compute_capability == "8.9"
+    assert f.lookup_gpu("NVIDIA GeForce RTX 3050 Laptop GPU").compute_capability == "8.6"
+
+
 def test_driver_floors_equal_nvidias_table():
     table = {name: driver for name, driver in _lines("cuda-driver-table.txt")}
     for tk in facts.load().cuda:
