@@ -85,10 +85,10 @@ def test_first_cuda(gpu, first):
     assert f.first_cuda(f.find_gpu(gpu).compute_capability) == first
 
 
-def test_toolkits_10_2_to_13_2_without_12_7():
+def test_toolkits_10_2_to_13_3_without_12_7():
     versions = [t.version for t in sorted(facts.load().cuda, key=lambda t: t.key)]
     assert versions == ["10.2", "11.0", "11.1", "11.2", "11.3", "11.4", "11.5", "11.6", "11.7", "11.8", "12.0", "12.1",
-                        "12.2", "12.3", "12.4", "12.5", "12.6", "12.8", "12.9", "13.0", "13.1", "13.2"]
+                        "12.2", "12.3", "12.4", "12.5", "12.6", "12.8", "12.9", "13.0", "13.1", "13.2", "13.3"]
 
 
 # What each toolkit added, dropped and deprecated (release notes; the 11.x nvcc warning names
@@ -102,6 +102,7 @@ def test_toolkits_10_2_to_13_2_without_12_7():
     ("12.9", ("10.3", "12.1"), (), ("5.0", "5.2", "5.3", "6.0", "6.1", "6.2", "7.0", "7.2")),
     ("13.0", ("8.8", "11.0"), ("5.0", "5.2", "5.3", "6.0", "6.1", "6.2", "7.0", "7.2", "10.1"), ()),
     ("13.2", (), (), ()),
+    ("13.3", (), (), ()),
 ])
 def test_toolkit_changes(version, added, dropped, deprecated):
     c = facts.load().changes(version)
@@ -111,7 +112,7 @@ def test_toolkit_changes(version, added, dropped, deprecated):
 def test_newer_minor_is_answered_by_newest_row_and_12_7_is_bad_input():
     f = facts.load()
     tk, note = f.resolve_toolkit("13.5")
-    assert tk.version == "13.2" and "13.5" in note
+    assert tk.version == "13.3" and "13.5" in note
     assert f.resolve_toolkit("12.9") == (f.toolkit("12.9"), "")
     with pytest.raises(BadInput, match=r"12\.7"):
         f.resolve_toolkit("12.7")
@@ -137,6 +138,20 @@ def test_every_gpu_on_nvidias_lists_is_known_with_its_compute_capability():
         assert gpu.compute_capability == cc, name
 
 
+def test_laptop_and_variant_parts_from_nvidias_driver_readme_have_their_own_rows():
+    f = facts.load()
+    rows = _lines("nvidia-driver-readme-gpus.txt")
+    assert len(rows) >= 14
+    for _pci_ids, name in rows:
+        gpu = f.lookup_gpu(name)
+        assert gpu is not None and gpu.name == name, name
+        assert gpu.same_chip_as and gpu.source.startswith("https://github.com/NVIDIA/open-gpu-kernel-modules"), name
+        assert ("Laptop" in name) == (gpu.segment == "laptop"), name
+    # the name misleads: an Ada chip, not the Ampere RTX 3050's
+    assert f.lookup_gpu("NVIDIA GeForce RTX 3050 A Laptop GPU").compute_capability == "8.9"
+    assert f.lookup_gpu("NVIDIA GeForce RTX 3050 Laptop GPU").compute_capability == "8.6"
+
+
 def test_driver_floors_equal_nvidias_table():
     table = {name: driver for name, driver in _lines("cuda-driver-table.txt")}
     for tk in facts.load().cuda:
@@ -152,6 +167,43 @@ def test_cuda_13_0_matches_recorded_nvcc_list():
     recorded = _sm_list(" ".join(ln for ln in (FIXTURES / "nvcc-13.0-list-gpu-arch.txt").read_text().splitlines()
                                 if not ln.startswith("#")))
     assert recorded == set(facts.load().toolkit("13.0").sass)
+
+
+def _wheel_reads() -> dict[str, dict[str, list[str]]]:
+    reads: dict[str, dict[str, list[str]]] = {}
+    for version, what, values in _lines("nvcc-wheels.txt"):
+        reads.setdefault(version, {})[what] = values.split()
+    return reads
+
+
+def test_toolkits_match_what_their_nvcc_wheels_say():
+    """11.7, 12.9 and 13.1..13.5 as read from NVIDIA's own nvcc/crt wheels (tests/data/facts/nvcc-wheels.txt)."""
+    f = facts.load()
+    known = {t.version for t in f.cuda}
+    reads = _wheel_reads()
+    assert {"11.7", "12.9", "13.1", "13.2", "13.3"} <= known & set(reads)
+    for version, read in reads.items():
+        if version not in known:
+            continue
+        tk = f.toolkit(version)
+        if "list-gpu-code" in read:
+            assert _sm_list(" ".join(read["list-gpu-code"])) == set(tk.sass), version
+        targets = {f"{int(t[3:].rstrip('af')) // 10}.{int(t[3:].rstrip('af')) % 10}{t[-1] if t[-1] in 'af' else ''}"
+                   for t in read["ptxas"]}
+        assert targets == set(tk.sass) | set(tk.arch_specific), version
+        assert int(read["max_gcc"][0]) == tk.max_gcc, version
+        if "deprecated" in read:
+            assert _sm_list(" ".join(read["deprecated"])) == set(tk.deprecated), version
+
+
+def test_releases_newer_than_the_facts_keep_every_arch_of_the_newest_row():
+    """What resolve_toolkit relies on for 13.4/13.5 (no row: their GA driver could not be read)."""
+    f = facts.load()
+    newest = max((t for t in f.cuda if t.major == 13), key=lambda t: t.key)
+    for version, read in _wheel_reads().items():
+        if version.startswith("13.") and facts.version_key(version) > newest.key:
+            assert set(newest.sass) <= _sm_list(" ".join(read["list-gpu-code"])), version
+            assert f.resolve_toolkit(version)[0] is newest
 
 
 def test_cuda_matches_this_machines_nvcc():
