@@ -4,9 +4,9 @@ import re
 
 import pytest
 
-from mmstack import arch
 from mmstack.errors import BadInput
-from mmstack.facts import load
+from mmstack.facts import arch
+from mmstack.facts.gpus import load
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,7 @@ import pytest
 
 pytest.importorskip("rattler_build", reason="py-rattler-build is the optional 'build' extra")
 
-from mmstack import build
+from mmstack.build import recipes as build
 from mmstack.errors import BadInput, BuildFailed
 
 RECIPE = """\

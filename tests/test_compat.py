@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from mmstack.arch import Coverage
-from mmstack.compat import driver_compat, driver_needed, environment_for, ext_coverage
-from mmstack.facts import load
+from mmstack.facts.arch import Coverage
+from mmstack.facts.compat import driver_compat, driver_needed, environment_for, ext_coverage
+from mmstack.facts.gpus import load
 
 FACTS = load()
 

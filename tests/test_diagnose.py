@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mmstack.diagnose import RULES, diagnose, library_package
+from mmstack.verify.diagnose import RULES, diagnose, library_package
 
 H100 = {"gpu": "NVIDIA H100 80GB HBM3", "cc": "9.0", "sm": "sm_90", "install": "the h100 environment: `pixi run -e h100 verify`",
         "torch_version": "2.5.1", "torch_cuda": "12.4", "driver": "470.57.02", "driver_needed": "525.60.13",

@@ -1,4 +1,4 @@
-"""mmstack.distributed (L5): real torchrun launches of mmstack.dist_worker on CPU processes (gloo),
+"""mmstack.verify.distributed (L5): real torchrun launches of mmstack.verify.dist_worker on CPU processes (gloo),
 faults injected through MMSTACK_DIST_FAULT, and the diagnosis rules against real NCCL/gloo messages.
 
 The NCCL path needs 2+ GPUs; these tests run the same launcher, worker and checks over gloo, which
@@ -16,7 +16,8 @@ import warnings
 
 import pytest
 
-from mmstack.distributed import (
+from mmstack.errors import BadInput
+from mmstack.verify.distributed import (
     FAULT_ENV,
     MULTICAST_OFF,
     NCCL_FIX,
@@ -24,7 +25,6 @@ from mmstack.distributed import (
     launch_env,
     run_distributed_step,
 )
-from mmstack.errors import BadInput
 
 NCCL_VARS = ("NCCL_DEBUG=INFO", "NCCL_P2P_DISABLE=1", "NCCL_SHM_DISABLE=1", "NCCL_IB_DISABLE=1",
              "NCCL_SOCKET_IFNAME")

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from mmstack import cli, doctor
-from mmstack.doctor import findings
-from mmstack.facts import load
+from mmstack import cli
+from mmstack.facts.gpus import load
+from mmstack.verify import doctor
+from mmstack.verify.doctor import findings
 
 ROOT = Path(__file__).resolve().parents[1]
 FACTS = load()

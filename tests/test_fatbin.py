@@ -1,4 +1,4 @@
-"""mmstack.fatbin against real objects: nvcc compiles tests/data/fatbin/kernel.cu for chosen
+"""mmstack.facts.fatbin against real objects: nvcc compiles tests/data/fatbin/kernel.cu for chosen
 targets, and the listing must name exactly those targets."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pytest
 from support.cli import mmstack
 
 from mmstack.errors import BadInput
-from mmstack.fatbin import FatbinEntry, ObjectListing, list_fatbins, summarize
+from mmstack.facts.fatbin import FatbinEntry, ObjectListing, list_fatbins, summarize
 
 ROOT = Path(__file__).resolve().parents[1]
 

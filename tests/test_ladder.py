@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from mmstack import ladder
-from mmstack.ladder import decide_cuda, parse_levels
+from mmstack.verify import ladder
+from mmstack.verify.ladder import decide_cuda, parse_levels
 
 ROOT = Path(__file__).resolve().parents[1]
 FAULTS = ROOT / "tests" / "data" / "faults"
@@ -227,7 +227,7 @@ def test_parse_levels():
 
 
 def test_ladder_imports_with_the_stdlib_alone():
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); import mmstack.ladder, mmstack.diagnose;"
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import mmstack.verify.ladder, mmstack.verify.diagnose;"
             "bad = {'pydantic', 'rich', 'typer', 'elftools'} & set(sys.modules); assert not bad, bad")
     proc = subprocess.run([sys.executable, "-S", "-c", code, str(ROOT / "src")], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from mmstack import ladder
+from mmstack.verify import ladder
 
 ROOT = Path(__file__).resolve().parents[1]
 FAULTS = ROOT / "tests" / "data" / "faults"
-OPS_FILE = ROOT / "src" / "mmstack" / "_ladder_ops.py"
+OPS_FILE = ROOT / "src" / "mmstack" / "verify" / "_ladder_ops.py"
 REFERENCES = {"cpu-kernel", "torch", "torchvision", "known-values"}
 
 

@@ -10,12 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from mmstack import arch as archmod, lockfile, policy, variants
 from mmstack.cli import main
+from mmstack.envs import lockfile, policy
+from mmstack.envs.lock import NO_LOCK, check_locks_for_check_command, collect_problems, render_env_yml
+from mmstack.envs.pixi_manifest import channel_url, load as load_manifest
 from mmstack.errors import BadInput, CheckFailed
-from mmstack.facts import load as load_facts
-from mmstack.lock import NO_LOCK, check_locks_for_check_command, collect_problems, render_env_yml
-from mmstack.pixi_manifest import channel_url, load as load_manifest
+from mmstack.facts import arch as archmod
+from mmstack.facts.gpus import load as load_facts
+from mmstack.variants import matrix as variants
 
 pytest.importorskip("rattler_build", reason="the variant matrix is read with py-rattler-build")
 
@@ -289,7 +291,7 @@ def test_content_hash_is_what_conda_lock_computes():
 def test_content_hash_fixture_covers_the_committed_environments():
     """The recorded cases are the inputs `mmstack lock` hashes for this pixi.toml: a change to the
     manifest or to the env.yml spellings means re-recording with conda-lock."""
-    from mmstack.lock import _conda_spec, virtual_packages
+    from mmstack.envs.lock import _conda_spec, virtual_packages
 
     cases = {c["env"]: c for c in json.loads(CONTENT_HASH_FIXTURE.read_text())["cases"]}
     manifest, facts = load_manifest(REPO / "pixi.toml"), load_facts()
@@ -326,7 +328,7 @@ def test_lock_aliases_follow_pixi_toml_order():
 
 
 def test_platform_identity_ignores_defaults_order_and_zero_builds():
-    from mmstack.pixi_manifest import platform_identity
+    from mmstack.envs.pixi_manifest import platform_identity
 
     plat = next(p for p in load_manifest(REPO / "pixi.toml").platforms if p.name == "linux-64-h100")
     assert plat.identity() == ("linux-64", (("__cuda", "12.9", ""), ("__cuda_arch", "9", "")))

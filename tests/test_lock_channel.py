@@ -16,10 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from mmstack import arch as archmod, lockfile, policy, variants
-from mmstack.facts import load as load_facts
-from mmstack.lock import collect_problems, run_lock, run_lock_check, solve_env
-from mmstack.pixi_manifest import load as load_manifest
+from mmstack.envs import lockfile, policy
+from mmstack.envs.lock import collect_problems, run_lock, run_lock_check, solve_env
+from mmstack.envs.pixi_manifest import load as load_manifest
+from mmstack.facts import arch as archmod
+from mmstack.facts.gpus import load as load_facts
+from mmstack.variants import matrix as variants
 
 pytest.importorskip("rattler", reason="py-rattler (the [build] extra) is not installed")
 pytest.importorskip("rattler_build", reason="py-rattler-build (the [build] extra) is not installed")
@@ -170,7 +172,7 @@ def test_every_runtime_environment_gets_the_patched_mmdet(locked_repo):
 def test_a_plain_mmcv_install_gets_a_build_that_runs_on_any_gpu(channel, tmp_path, virtual, want):
     """`conda install -c ./channel mmcv` names no build: the fat build's higher build number must
     win over the single-generation builds, which would fail with 'no kernel image' on other GPUs."""
-    from mmstack import channel as channelmod
+    from mmstack.build import channel as channelmod
 
     installed = channelmod.install(["mmcv", "python 3.11.*"], [channel], tmp_path / "env",
                                    virtual_packages=["__glibc=2.28", "__unix=0", "__linux=6.8", *virtual])

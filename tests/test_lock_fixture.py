@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from mmstack import lockfile
 from mmstack.cli import main
-from mmstack.facts import load as load_facts
-from mmstack.lock import collect_problems, run_lock, run_lock_check
+from mmstack.envs import lockfile
+from mmstack.envs.lock import collect_problems, run_lock, run_lock_check
+from mmstack.facts.gpus import load as load_facts
 
 FIXTURE = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "conda-forge-subset" / "conda-forge"
 pytestmark = pytest.mark.skipif(not FIXTURE.is_dir(), reason=f"fixture channel absent: {FIXTURE}")
@@ -132,7 +132,7 @@ def tree(locked_tree, tmp_path):
 
 
 def _platforms(root):
-    from mmstack.pixi_manifest import load
+    from mmstack.envs.pixi_manifest import load
 
     return load(root / "pixi.toml").platforms
 
@@ -172,8 +172,8 @@ def test_lock_is_written_in_pixis_form(locked_tree):
 
 
 def test_conda_lock_files_carry_conda_locks_content_hash_and_vp_spec(locked_tree, facts_128):
-    from mmstack.lock import conda_lock_hash
-    from mmstack.pixi_manifest import load
+    from mmstack.envs.lock import conda_lock_hash
+    from mmstack.envs.pixi_manifest import load
 
     env = load(locked_tree / "pixi.toml").envs["rtx4090"]
     doc = lockfile.load_yaml((locked_tree / "envs" / "rtx4090.conda-lock.yml").read_text())
@@ -399,7 +399,7 @@ def test_failed_solve_writes_nothing(tree, facts_128, capsys):
 
 def test_cli_exit_codes(tree, facts_128, monkeypatch):
     # The CLI uses the packaged facts; point the facts loader at the narrowed ones.
-    monkeypatch.setattr("mmstack.lock.load_facts", lambda: facts_128)
+    monkeypatch.setattr("mmstack.envs.lock.load_facts", lambda: facts_128)
     assert main(["lock", "check", "--root", str(tree)]) == 0
     (tree / "pixi.lock").write_text("garbage: [\n")
     assert main(["lock", "check", "--root", str(tree)]) == 2

@@ -151,7 +151,7 @@ def test_recipe_tests_import_mmdet_check_configs_and_run_l5(rendered):
                    "dcnv2/faster-rcnn_r50-mdconv-c3-c5_fpn_1x_coco.py"):
         assert any(f.endswith(config) for f in files), config
     scripts = [t["script"] for t in tests if "script" in t]
-    assert any("mmstack.train_detector" in s for s in scripts)
+    assert any("mmstack.verify.train_detector" in s for s in scripts)
 
 
 def test_meta_yaml_matches_recipe_yaml(rendered):

@@ -1,4 +1,4 @@
-"""L5's detector step (src/mmstack/train_detector.py): its rules, and the real step on the CPU.
+"""L5's detector step (src/mmstack/verify/train_detector.py): its rules, and the real step on the CPU.
 
 The end-to-end tests train mmdet's Faster R-CNN R50-FPN and its DCNv2 variant for a few
 iterations on 128 px synthetic images, on the real mmcv build (mmcv._ext) and an mmdet carrying
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from mmstack import train_detector as td
+from mmstack.verify import train_detector as td
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
@@ -45,7 +45,7 @@ def _run(python: str, *args: str, timeout: float = 900) -> subprocess.CompletedP
 def test_module_imports_with_the_stdlib_alone():
     # The ladder imports it in bare environments; heavy imports happen inside the functions.
     code = (
-        "import sys, mmstack.train_detector as m; "
+        "import sys, mmstack.verify.train_detector as m; "
         "heavy = {'torch', 'mmcv', 'mmengine', 'mmdet', 'pydantic', 'rich'} & set(sys.modules); "
         "assert not heavy, heavy"
     )
@@ -122,7 +122,7 @@ def test_mmdet_admits_this_projects_mmcv(stack_python):
 
 def test_configs_resolve_by_short_name_config_name_and_path(stack_python):
     code = (
-        "from mmstack import train_detector as td\n"
+        "from mmstack.verify import train_detector as td\n"
         "plain = td.resolve_config('faster-rcnn')\n"
         "assert plain.name == 'faster-rcnn_r50_fpn_1x_coco.py' and plain.is_file(), plain\n"
         "assert td.resolve_config('faster-rcnn_r50_fpn_1x_coco') == plain\n"
@@ -141,7 +141,7 @@ def test_configs_resolve_by_short_name_config_name_and_path(stack_python):
 @pytest.mark.slow
 def test_l5_step_trains_deformable_faster_rcnn_on_cpu(stack_python):
     """The ladder's hook: DCNv2 backbone, loss finite and falling, a rate."""
-    proc = _run(stack_python, "-m", "mmstack.train_detector", "--model", "faster-rcnn-mdconv", "--device", "cpu",
+    proc = _run(stack_python, "-m", "mmstack.verify.train_detector", "--model", "faster-rcnn-mdconv", "--device", "cpu",
                 "--iters", "3", "--json")
     assert proc.returncode == 0, proc.stderr[-3000:]
     (result,) = json.loads(proc.stdout)["results"]
@@ -158,11 +158,11 @@ def test_l5_step_trains_deformable_faster_rcnn_on_cpu(stack_python):
 
 @pytest.mark.slow
 def test_l5_cli_json_for_the_plain_detector(stack_python):
-    """`python -m mmstack.train_detector --json`: one JSON object on stdout, exit 0.
+    """`python -m mmstack.verify.train_detector --json`: one JSON object on stdout, exit 0.
 
     64 px, one image and 2 iterations keep it short; the test above runs the CPU default.
     """
-    proc = _run(stack_python, "-m", "mmstack.train_detector", "--model", "faster-rcnn", "--device", "cpu",
+    proc = _run(stack_python, "-m", "mmstack.verify.train_detector", "--model", "faster-rcnn", "--device", "cpu",
                 "--iters", "2", "--image-size", "64", "--batch-size", "1", "--json")
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout)
@@ -174,7 +174,7 @@ def test_l5_cli_json_for_the_plain_detector(stack_python):
 
 
 def test_cli_unknown_model_exits_2_with_json(stack_python):
-    proc = _run(stack_python, "-m", "mmstack.train_detector", "--model", "nope", "--device", "cpu", "--json")
+    proc = _run(stack_python, "-m", "mmstack.verify.train_detector", "--model", "nope", "--device", "cpu", "--json")
     assert proc.returncode == 2, proc.stderr[-2000:]
     report = json.loads(proc.stdout)
     assert report["passed"] is False and report["results"] == []

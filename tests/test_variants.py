@@ -6,9 +6,9 @@ import pytest
 
 pytest.importorskip("rattler_build", reason="py-rattler-build is the 'build' extra")
 
-from mmstack import variants
 from mmstack.errors import BadInput, CheckFailed
-from mmstack.facts import load
+from mmstack.facts.gpus import load
+from mmstack.variants import matrix as variants
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / variants.CONFIG_FILE

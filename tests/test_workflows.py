@@ -13,8 +13,9 @@ from support.cli import mmstack
 pytest.importorskip("rattler_build", reason="py-rattler-build (the 'build' extra) reads conda_build_config.yaml")
 yaml = pytest.importorskip("yaml", reason="PyYAML reads the generated workflows back")
 
-from mmstack import variants, workflows  # noqa: E402
-from mmstack.facts import load  # noqa: E402
+from mmstack.ci import workflows  # noqa: E402
+from mmstack.facts.gpus import load  # noqa: E402
+from mmstack.variants import matrix as variants  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / variants.CONFIG_FILE
@@ -202,7 +203,7 @@ def test_each_jobs_variant_overrides_select_exactly_its_variant(tmp_path, matrix
 
 def test_workflows_install_the_pixi_that_pixi_toml_requires(repo_copy):
     """The pixi version of the workflows is requires-pixi's floor, read from pixi.toml, and follows it."""
-    from mmstack import pixi_manifest
+    from mmstack.envs import pixi_manifest
 
     manifest = pixi_manifest.load(ROOT / "pixi.toml")
     floor = manifest.requires_pixi.removeprefix(">=").strip()

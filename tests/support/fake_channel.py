@@ -136,7 +136,7 @@ def build_channel(dest: Path, packages: list[Pkg]) -> Path:
 
 
 def variants_fat_tag() -> str:
-    from mmstack.variants import FAT_TAG
+    from mmstack.variants.matrix import FAT_TAG
 
     return FAT_TAG
 

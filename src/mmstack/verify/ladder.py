@@ -30,8 +30,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .diagnose import Diagnosis, diagnose
-from .errors import BadInput
+from mmstack.errors import BadInput
+from mmstack.verify.diagnose import Diagnosis, diagnose
 
 LEVELS = ("L1", "L2", "L3", "L4", "L5")
 L4_MODES = ("quick", "complete")
@@ -481,7 +481,7 @@ class _Ladder:
             evidence["detectors"] = ev
             seconds += run.seconds
         if self.nproc:
-            from .distributed import run_distributed_step
+            from mmstack.verify.distributed import run_distributed_step
 
             res = run_distributed_step(nproc=self.nproc, python=self.python, timeout=self.timeout, env=self.env)
             diag = (Diagnosis(rule=res["rule"] or "distributed", cause=res["diagnosis"], fix=res["fix"] or "")
@@ -560,8 +560,8 @@ def _reason(run: ChildRun) -> str:
 def _facts_context(context: dict) -> None:
     """Add what the facts say: the environment for the GPU, the driver torch's CUDA needs."""
     try:
-        from .compat import driver_needed, environment_for, install_hint
-        from .facts import load
+        from mmstack.facts.compat import driver_needed, environment_for, install_hint
+        from mmstack.facts.gpus import load
     except ImportError:  # stdlib-only environments: diagnoses fall back to generic phrases
         return
     try:
@@ -612,8 +612,8 @@ def libstdcxx_linkage(path: str | None) -> str | None:
 def _warm_facts() -> None:
     """Import what L2's CUDA verdict uses (pydantic models, the packaged facts) ahead of time."""
     try:
-        from .compat import driver_compat  # noqa: F401
-        from .facts import load
+        from mmstack.facts.compat import driver_compat  # noqa: F401
+        from mmstack.facts.gpus import load
     except ImportError:  # stdlib-only environments: decide_cuda reports that itself
         return
     try:
@@ -630,7 +630,7 @@ def _ext_listing(ext_path: str | None) -> dict:
     if not ext_path:
         return {"error": "mmcv._ext not found"}
     try:
-        from .fatbin import list_fatbins
+        from mmstack.facts.fatbin import list_fatbins
     except ImportError as exc:
         return {"error": f"cannot read fatbins: {exc}"}
     try:
@@ -667,8 +667,8 @@ def decide_cuda(ev: dict, listing: dict, *, expect_gpu: bool) -> tuple[str, str,
         return no_gpu(why, "torch is a CPU build")
     compat = None
     if driver or ev.get("driver_cuda"):
-        from .compat import driver_compat
-        from .facts import load
+        from mmstack.facts.compat import driver_compat
+        from mmstack.facts.gpus import load
 
         compat = driver_compat(load(), driver=driver, runtime_cuda=torch_cuda, driver_cuda=ev.get("driver_cuda"))
         extra["driver_compat"] = compat.as_dict()
@@ -691,8 +691,8 @@ def decide_cuda(ev: dict, listing: dict, *, expect_gpu: bool) -> tuple[str, str,
     if not sass and not ptx:
         msg = f"mmcv's _ext holds no CUDA code (a CPU build of mmcv) under torch CUDA {torch_cuda}"
         return "FAIL", msg, msg, extra
-    from .arch import Coverage
-    from .compat import coverage_message, ext_coverage
+    from mmstack.facts.arch import Coverage
+    from mmstack.facts.compat import coverage_message, ext_coverage
 
     notes: list[str] = []
     problems: list[str] = []

@@ -19,11 +19,12 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import arch as archmod, pixi_manifest
-from .facts import Facts, Generation, version_key
-from .lockfile import LockedEnv
-from .pixi_manifest import EnvSpec, Manifest
-from .variants import FAT_TAG, Variant
+from mmstack.envs import pixi_manifest
+from mmstack.envs.lockfile import LockedEnv
+from mmstack.envs.pixi_manifest import EnvSpec, Manifest
+from mmstack.facts import arch as archmod
+from mmstack.facts.gpus import Facts, Generation, version_key
+from mmstack.variants.matrix import FAT_TAG, Variant
 
 
 @dataclass(frozen=True)

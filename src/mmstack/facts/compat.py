@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .arch import Coverage, CoverageResult, Target, coverage, parse_arch
-from .errors import BadInput
-from .facts import Facts, version_key
+from mmstack.errors import BadInput
+from mmstack.facts.arch import Coverage, CoverageResult, Target, coverage, parse_arch
+from mmstack.facts.gpus import Facts, version_key
 
 
 @dataclass(frozen=True)

@@ -6,23 +6,40 @@ assembles their packages into one indexed channel; locks.yml installs every envi
 lockfile on pull requests and re-solves on a schedule. Both embed the config's digest, so a
 matrix change without a regenerated workflow fails `mmstack ci generate --check` and
 `mmstack check`. The text is deterministic: same inputs, same bytes.
+
+The text lives in templates/*.yml, rendered with jinja2 (as conda-smithy renders its CI templates).
+Their delimiters are chosen so that every template is itself valid YAML, which a YAML linter can
+read: `<< name >>` for a value (GitHub's own `${{ }}` expressions stay literal) and `#%` line
+statements (YAML comments) for includes and loops.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from functools import cache
 from pathlib import Path
 
-from . import ci_templates as t, pixi_manifest
-from .errors import CheckFailed
-from .facts import Facts, load
-from .variants import CONFIG_FILE, CPU_TAG, FAT_TAG, Variant, config_digest, load_matrix
+import jinja2
+
+from mmstack.envs import pixi_manifest
+from mmstack.errors import CheckFailed
+from mmstack.facts.gpus import Facts, load
+from mmstack.variants.matrix import CONFIG_FILE, CPU_TAG, FAT_TAG, Variant, config_digest, load_matrix
 
 BUILD_FILE = Path(".github/workflows/build.yml")
 LOCKS_FILE = Path(".github/workflows/locks.yml")
 FIX = "mmstack ci generate"
 _DIGEST_LINE = re.compile(r"^# config digest: ([0-9a-f]+)", re.MULTILINE)
+TEMPLATES = Path(__file__).with_name("templates")
+
+# Pinned versions, once: setup-pixi as pixi's CI docs pin it
+# (https://pixi.sh/latest/integration/ci/github_actions/; pixi itself is the floor of pixi.toml's
+# `requires-pixi`, read from pixi.toml), rattler-build at the version the `build` extra's
+# py-rattler-build embeds (`rattler_build.get_rattler_build_version_py()`).
+SETUP_PIXI = "prefix-dev/setup-pixi@v0.9.2"
+RATTLER_BUILD_SPEC = "rattler-build==0.73.*"
+RATTLER_INDEX_SPEC = "rattler-index"
 
 
 # --- the matrix --------------------------------------------------------------------------------
@@ -78,25 +95,27 @@ def env_cuda(facts: Facts, variants: list[Variant]) -> list[dict]:
 
 # --- rendering ---------------------------------------------------------------------------------
 
-def _yaml_list(entries: list[dict], indent: int) -> str:
-    """A block list of flat mappings; scalars as JSON strings (valid YAML, no quoting surprises)."""
-    pad = " " * indent
+def _yaml_list(entries: list[dict]) -> list[str]:
+    """The lines of a block list of flat mappings; scalars as JSON strings (valid YAML, no quoting
+    surprises). The template indents them."""
     lines = []
     for entry in entries:
         for i, (k, value) in enumerate(entry.items()):
-            lead = f"{pad}- " if i == 0 else f"{pad}  "
+            lead = "- " if i == 0 else "  "
             lines.append(f"{lead}{k}: {json.dumps(value)}")
-    return "\n".join(lines)
+    return lines
 
 
-def _fill(template: str, **values: str) -> str:
-    out = template
-    for name, value in values.items():
-        out = out.replace(f"@@{name}@@", value)
-    leftover = re.search(r"@@[A-Z_]+@@", out)
-    if leftover:  # pragma: no cover - a template bug, caught by the tests
-        raise AssertionError(f"unfilled placeholder {leftover.group(0)}")
-    return out
+@cache
+def _env() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES),
+        variable_start_string="<<", variable_end_string=">>",
+        line_statement_prefix="#%",
+        keep_trailing_newline=True,
+        undefined=jinja2.StrictUndefined,  # a template naming a value render() does not give fails
+        autoescape=False,  # YAML, not HTML
+    )
 
 
 def render(root: Path) -> dict[Path, str]:
@@ -104,22 +123,16 @@ def render(root: Path) -> dict[Path, str]:
     facts = load()
     config = Path(root) / CONFIG_FILE
     variants = load_matrix(facts, config)
-    digest = config_digest(config)
-    header = _fill(t.HEADER, DIGEST=digest)
     pixi = pixi_manifest.pixi_floor(pixi_manifest.load(Path(root) / pixi_manifest.MANIFEST))
-    common = dict(HEADER=header, PIXI_VERSION=pixi, SETUP_PIXI=t.SETUP_PIXI)
-    build = _fill(
-        t.BUILD, **common,
-        COUNT=str(len(variants)),
-        RATTLER_BUILD_SPEC=t.RATTLER_BUILD_SPEC,
-        RATTLER_INDEX_SPEC=t.RATTLER_INDEX_SPEC,
-        INCLUDE=_yaml_list(github_matrix(variants, config_path=config)["include"], 10),
+    common = dict(digest=config_digest(config), pixi_version=pixi, setup_pixi=SETUP_PIXI)
+    build = _env().get_template(BUILD_FILE.name).render(
+        **common,
+        count=len(variants),
+        rattler_build_spec=RATTLER_BUILD_SPEC,
+        rattler_index_spec=RATTLER_INDEX_SPEC,
+        include=_yaml_list(github_matrix(variants, config_path=config)["include"]),
     )
-    locks = _fill(
-        t.LOCKS, **common,
-        FETCH_CHANNEL=t.FETCH_CHANNEL,
-        INCLUDE=_yaml_list(env_cuda(facts, variants), 10),
-    )
+    locks = _env().get_template(LOCKS_FILE.name).render(**common, include=_yaml_list(env_cuda(facts, variants)))
     return {BUILD_FILE: build, LOCKS_FILE: locks}
 
 

@@ -11,9 +11,9 @@ import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import arch as archmod
-from .errors import BadInput, CheckFailed
-from .facts import Facts
+from mmstack.errors import BadInput, CheckFailed
+from mmstack.facts import arch as archmod
+from mmstack.facts.gpus import Facts
 
 CONFIG_FILE = "conda_build_config.yaml"
 REQUIRED_KEYS = ("python", "pytorch", "cuda_compiler_version", "mmcv_arch_list", "arch_tag")

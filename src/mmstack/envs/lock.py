@@ -16,11 +16,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import lockfile, pixi_manifest, policy, report, variants
-from .errors import BadInput, CheckFailed, rattler_errors
-from .facts import Facts, load as load_facts
-from .lockfile import LockedEnv
-from .pixi_manifest import EnvSpec, Manifest, Platform
+from mmstack import report
+from mmstack.envs import lockfile, pixi_manifest, policy
+from mmstack.envs.lockfile import LockedEnv
+from mmstack.envs.pixi_manifest import EnvSpec, Manifest, Platform
+from mmstack.errors import BadInput, CheckFailed, rattler_errors
+from mmstack.facts.gpus import Facts, load as load_facts
+from mmstack.variants import matrix as variants
 
 DEFAULT_ARCHSPEC = "x86_64"
 
@@ -201,7 +203,7 @@ def run_lock(*, root: Path = Path("."), envs: list[str] | None = None, channels:
         return 0
 
     names = _selected(inputs.manifest, envs)
-    from .channel import require_reachable
+    from mmstack.build.channel import require_reachable
 
     require_reachable(inputs.channels, option="--channel")
     lock_path = root / lockfile.PIXI_LOCK

@@ -17,7 +17,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from .errors import BadInput
+from mmstack.errors import BadInput
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -22,8 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import BadInput
-from .pixi_manifest import Platform
+from mmstack.envs.pixi_manifest import Platform
+from mmstack.errors import BadInput
 
 PIXI_LOCK = "pixi.lock"
 ENVS_DIR = "envs"
@@ -102,7 +102,7 @@ def align_platform_names(envs: dict[str, LockedEnv], platforms: tuple[Platform, 
     Anything else stays as locked, for the policy to flag."""
     from dataclasses import replace
 
-    from .pixi_manifest import platform_identity
+    from mmstack.envs.pixi_manifest import platform_identity
 
     manifest_names = {p.name for p in platforms}
     locked = {e.platform: (e.subdir, e.virtual_packages) for e in envs.values()}

@@ -15,9 +15,9 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
-from .arch import Coverage, serving_env
-from .compat import coverage_message, driver_compat, environment_for, ext_coverage, install_hint
-from .facts import Facts
+from mmstack.facts.arch import Coverage, serving_env
+from mmstack.facts.compat import coverage_message, driver_compat, environment_for, ext_coverage, install_hint
+from mmstack.facts.gpus import Facts
 
 # -- detect: which GPUs are here ---------------------------------------------------------------
 
@@ -137,7 +137,7 @@ def _os_release() -> str:
 
 
 def fingerprint(*, python: str | None = None, timeout: float = 120.0) -> dict:
-    from .ladder import _ext_listing, libstdcxx_linkage, run_child
+    from mmstack.verify.ladder import _ext_listing, libstdcxx_linkage, run_child
 
     gpus, source, notes = detect_gpus()
     child = run_child("doctor", python=python or sys.executable, timeout=timeout)
@@ -190,7 +190,7 @@ def findings(fp: dict, facts: Facts) -> list[Finding]:
     install = install_hint(first_env) or "`mmstack detect` names the environment"
 
     if fp.get("crash"):
-        from .diagnose import diagnose
+        from mmstack.verify.diagnose import diagnose
 
         d = diagnose(fp["crash"]["diagnosis_text"], {"install": install})
         out.append(Finding("FAIL", f"importing torch/mmcv crashed: {d.cause}", d.fix))

@@ -11,7 +11,7 @@ RoIAlign and nms in every Faster R-CNN, DeformConv2d (DCNv1) or ModulatedDeformC
 the deformable backbones. Pass = every loss finite and the last loss below the first, on a fixed
 synthetic batch with a fixed seed.
 
-    python -m mmstack.train_detector --device cpu --image-size 128 --iters 3 --json
+    python -m mmstack.verify.train_detector --device cpu --image-size 128 --iters 3 --json
 """
 
 from __future__ import annotations
@@ -416,12 +416,12 @@ def run_detector_step(
 
 
 # --------------------------------------------------------------------------------------------
-# CLI: python -m mmstack.train_detector
+# CLI: python -m mmstack.verify.train_detector
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m mmstack.train_detector",
+        prog="python -m mmstack.verify.train_detector",
         description="L5: a few mmdet training iterations on synthetic data, random weights.",
     )
     parser.add_argument(

@@ -6,7 +6,7 @@
         <python> -c <boot> .../mmstack/dist_worker.py --steps S --out <tmp>/result.json --pg-timeout T
 
 The worker runs by path, as the ladder's children do, so the interpreter under test needs torch and
-mmcv but not mmstack (`torchrun ... -m mmstack.dist_worker` is the same thing where mmstack is
+mmcv but not mmstack (`torchrun ... -m mmstack.verify.dist_worker` is the same thing where mmstack is
 installed). `--nproc_per_node` and `--no_python` are the spellings every torchrun since 1.10 accepts.
 It waits at most `timeout` seconds, then turns what came back (rank 0's JSON, the per-rank error
 files, torchrun's merged output) into one result: PASS/FAIL, the numbers, and for a failure a
@@ -34,8 +34,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from mmstack.dist_worker import FAULT_ENV, MULTICAST_OFF, TOO_FEW_GPUS
 from mmstack.errors import BadInput
+from mmstack.verify.dist_worker import FAULT_ENV, MULTICAST_OFF, TOO_FEW_GPUS
 
 WORKER = Path(__file__).with_name("dist_worker.py")
 # Run the worker by path (as ladder.py runs its children) and drop argv[0]; run_path leaves sys.path alone.

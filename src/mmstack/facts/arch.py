@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from .errors import BadInput
-from .facts import Facts, version_key
+from mmstack.errors import BadInput
+from mmstack.facts.gpus import Facts, version_key
 
 
 @dataclass(frozen=True, order=True)
@@ -138,7 +138,7 @@ def parse_arch_list(text: str, *, where: str = "--arch-list") -> tuple[Target, .
 
 def _spellings() -> list[str]:
     """Every spelling of every arch some toolkit of the facts targets."""
-    from .facts import load
+    from mmstack.facts.gpus import load
 
     archs = {a for tk in load().cuda for a in (*tk.sass, *tk.arch_specific)}
     return [s for a in archs for s in (a, f"sm_{a.replace('.', '')}", f"compute_{a.replace('.', '')}")]
@@ -438,7 +438,7 @@ def _ranges(versions: list[str]) -> list[str]:
 
 def assess_package(facts: Facts, listings, *, package: str, gpu_name: str | None = None,
                    cc: str | None = None) -> Assessment:
-    """Will a package (its CUDA objects, read by mmstack.fatbin) run on the GPU?
+    """Will a package (its CUDA objects, read by mmstack.facts.fatbin) run on the GPU?
 
     Every object carrying CUDA code must run: the package's verdict is its weakest object's."""
     who = _subject(facts, gpu_name, cc)

@@ -19,7 +19,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import BadInput
+from mmstack.build.channel import channel_url  # one place: the channel stage owns channel URLs
+from mmstack.errors import BadInput
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -193,19 +194,6 @@ class Manifest:
 
 def _digest(data) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
-
-
-def channel_url(channel: str, root: Path) -> str:
-    """`conda-forge` -> its anaconda.org URL; `./channel` -> file:// URL; URLs stay; trailing /."""
-    c = str(channel).strip()
-    if "://" in c:
-        url = c
-    elif c.startswith((".", "/", "~")):
-        p = Path(c).expanduser()
-        url = (p if p.is_absolute() else (root / p)).resolve().as_uri()
-    else:
-        url = f"https://conda.anaconda.org/{c}"
-    return url.rstrip("/") + "/"
 
 
 def load(path: Path) -> Manifest:

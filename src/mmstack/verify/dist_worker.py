@@ -1,6 +1,6 @@
-"""One rank of the L5 distributed verify step. torchrun runs it; `mmstack.distributed` launches torchrun.
+"""One rank of the L5 distributed verify step. torchrun runs it; `mmstack.verify.distributed` launches torchrun.
 
-    python -m torch.distributed.run --standalone --nproc_per_node N -m mmstack.dist_worker \\
+    python -m torch.distributed.run --standalone --nproc_per_node N -m mmstack.verify.dist_worker \\
         --steps 5 --out result.json
 
 Stdlib + torch + mmcv (+ mmengine, which mmcv.cnn imports) only: this runs inside the environment under
@@ -299,7 +299,7 @@ def _gather_flat(tensors: list[Any], world: int, device: Any) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m mmstack.dist_worker", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m mmstack.verify.dist_worker", description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--out", type=Path, help="rank 0 writes the result JSON here")
     ap.add_argument("--pg-timeout", type=float, default=120.0,

@@ -262,7 +262,7 @@ def summarize(listings: list[ObjectListing]) -> dict:
 def compare_to_arch_list(listings: list[ObjectListing], arch_list: str) -> list[str]:
     """What differs between the archs the objects carry and an arch list ("8.9", "9.0;12.0+PTX"):
     one line per missing or unexpected SASS/PTX arch; empty when they match exactly."""
-    from .arch import parse_arch_list
+    from mmstack.facts.arch import parse_arch_list
 
     want = parse_arch_list(arch_list, where="--expect")
     summary = summarize(listings)

@@ -18,7 +18,7 @@ import shutil
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
-from .errors import BadInput, BuildFailed, rattler_errors
+from mmstack.errors import BadInput, BuildFailed, rattler_errors
 
 SUBDIRS = ("linux-64", "noarch")  # what mmstack builds; other subdirs are indexed if present
 LOCK_FILE = ".mmstack.lock"
@@ -218,8 +218,6 @@ def unreachable(channels: Sequence[str], *, timeout: float = REACH_TIMEOUT_S) ->
     import urllib.error
     import urllib.request
 
-    from .pixi_manifest import channel_url
-
     out = []
     for given in channels:
         url = channel_url(str(given), Path.cwd())
@@ -239,9 +237,22 @@ def unreachable(channels: Sequence[str], *, timeout: float = REACH_TIMEOUT_S) ->
     return out
 
 
+def channel_url(channel: str, root: Path) -> str:
+    """`conda-forge` -> its anaconda.org URL; `./channel` -> file:// URL; URLs stay; trailing /."""
+    c = str(channel).strip()
+    if "://" in c:
+        url = c
+    elif c.startswith((".", "/", "~")):
+        p = Path(c).expanduser()
+        url = (p if p.is_absolute() else (root / p)).resolve().as_uri()
+    else:
+        url = f"https://conda.anaconda.org/{c}"
+    return url.rstrip("/") + "/"
+
+
 def require_reachable(channels: Sequence[str], *, option: str, timeout: float = REACH_TIMEOUT_S) -> None:
     """CheckFailed naming the first source channel that cannot be reached, and the fix."""
-    from .errors import CheckFailed
+    from mmstack.errors import CheckFailed
 
     bad = unreachable(channels, timeout=timeout)
     if bad:

@@ -18,15 +18,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import channel as channelmod
-from .errors import BadInput, BuildFailed
+from mmstack.build import channel as channelmod
+from mmstack.errors import BadInput, BuildFailed
 
 ALL = "all"  # env=ALL: every variant of the matrix
 DEFAULT_CHANNELS = ("conda-forge",)
 TARGET_PLATFORM = "linux-64"
 RECIPE_FILE = "recipe.yaml"
 # The recipes `mmstack build` builds, in order: mmcv's tests run `mmstack verify` and mmdet's
-# `python -m mmstack.train_detector` on the mmcv just built, so mmstack goes first, mmdet last.
+# `python -m mmstack.verify.train_detector` on the mmcv just built, so mmstack goes first, mmdet last.
 STACK = ("mmstack", "mmcv", "mmdet")
 # Variant keys that pick a build (the rest follow: c_stdlib_version is zipped with cuda_compiler_version).
 SELECT_KEYS = ("python", "pytorch", "cuda_compiler_version", "mmcv_arch_list", "arch_tag")
@@ -115,7 +115,8 @@ def selection_for_env(env: str, config_path: str | os.PathLike[str], *, ignore: 
 
     `ignore` drops keys that an override replaces (their matrix values no longer apply).
     """
-    from . import facts, variants
+    from mmstack.facts import gpus as facts
+    from mmstack.variants import matrix as variants
 
     matrix = variants.load_matrix(facts.load(), Path(config_path))
     rows = [v for v in matrix if env == ALL or env in v.envs]
@@ -236,8 +237,9 @@ def recipe_path(root: str | os.PathLike[str], recipe: str | os.PathLike[str]) ->
 def check_recipes(root: str | os.PathLike[str]) -> str:
     """`mmstack check`: every recipe of the stack renders, and mmcv renders exactly one build per
     variant of the matrix with that variant's build string (`cuda129_sm89_py311_h…`)."""
-    from . import facts, variants
-    from .errors import CheckFailed
+    from mmstack.errors import CheckFailed
+    from mmstack.facts import gpus as facts
+    from mmstack.variants import matrix as variants
 
     root = Path(root)
     config = root / variants.CONFIG_FILE
@@ -276,7 +278,7 @@ def _check_conda_build_render(root: Path, strings: list[str]) -> str:
     import hashlib
     import json
 
-    from .errors import CheckFailed
+    from mmstack.errors import CheckFailed
 
     fixture = root / CONDA_BUILD_RENDER
     if not fixture.is_file():
