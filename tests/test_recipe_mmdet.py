@@ -177,7 +177,7 @@ def test_recipe_builds_without_pytorch_and_carries_the_patch_and_configs(tmp_pat
     """Build with rattler-build from the real sdist; host has python/pip/setuptools/wheel only.
 
     The recipe's own tests (import mmdet.models, L5) need mmcv, pycocotools, scipy... which the
-    bootstrap channel does not carry, so they are skipped here; tests/test_train_detector.py runs
+    bootstrap channel does not carry, so they are skipped here; tests/test_verify_train_detector.py runs
     the same L5 step in the development environment.
     """
     import json

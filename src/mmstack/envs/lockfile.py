@@ -247,7 +247,7 @@ def _dependencies(depends) -> dict[str, str]:
 # --virtual-package-spec envs/<env>.virtual-packages.yml`, the source and the virtual packages
 # the environment was solved with, so `conda-lock --check-input-hash` with those arguments finds the
 # lock current. tests/data/conda_lock_content_hash.json records conda-lock's own values (the
-# command and version in its header) and tests/test_lock.py holds this code to them.
+# command and version in its header) and tests/test_envs_lock.py holds this code to them.
 
 CONDA_LOCK_VP_TIMESTAMP = 1577854800000  # conda_lock.virtual_package.DEFAULT_TIME
 _SPEC = re.compile(r"^(?:(?P<chan>[^:\s]+)::)?(?P<name>[A-Za-z0-9_.-]+)(?P<rest>.*)$")

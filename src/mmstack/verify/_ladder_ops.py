@@ -21,7 +21,7 @@ import os
 ATOL = 1e-5
 RTOL = 1e-5
 # Tests only: the op whose expected values are shifted, to prove a wrong result is caught
-# through the same comparison (tests/test_ladder_complete.py).
+# through the same comparison (tests/test_verify_ladder_ops.py).
 PERTURB = os.environ.get("MMSTACK_L4_PERTURB", "")
 REFERENCE_ORDER = ("cpu-kernel", "torchvision", "torch", "known-values")
 
