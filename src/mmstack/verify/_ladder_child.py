@@ -31,6 +31,7 @@ import traceback
 
 faulthandler.enable()
 OPS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_ladder_ops.py")
+TOY_MODEL_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "toy_model.py")  # L5 and dist_worker.py
 
 # Tolerances. Each op is checked against hand-computed values, against mmcv's CPU kernel when
 # it ran on the GPU, and against torchvision's op where it has one. On an H200 mmcv's roi_align
@@ -515,26 +516,14 @@ def _l4_complete(out: _Out, dev: str, tv) -> None:
 
 def level_l5(out: _Out, opts: dict) -> None:
     out.step("import torch, mmcv.ops, mmengine")
+    import mmcv.ops  # noqa: F401 - mmcv._ext loads at this step; toy_model.py uses DeformConv2d, RoIAlign
     import torch
-    from mmcv.ops import DeformConv2d, RoIAlign
     from mmengine.optim import OptimWrapper
 
+    toy = _load_by_path("_mmstack_toy_model", TOY_MODEL_FILE)
     dev = _device(opts)
     torch.manual_seed(0)
-
-    class Tiny(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.offset = torch.nn.Conv2d(3, 18, 3, padding=1)
-            self.dcn = DeformConv2d(3, 8, 3, padding=1)
-            self.roi = RoIAlign((4, 4), 1.0, 2, aligned=True)
-            self.head = torch.nn.Linear(8 * 16, 2)
-
-        def forward(self, img, rois):
-            feat = torch.relu(self.dcn(img, self.offset(img)))
-            return self.head(self.roi(feat, rois).flatten(1))
-
-    model = Tiny().to(dev)
+    model = toy.build(channels=8, outputs=2).to(dev)
     img = torch.rand(2, 3, 16, 16, device=dev)
     rois = torch.tensor([[0, 1, 1, 9, 9], [0, 4, 2, 14, 12], [1, 0, 0, 15, 15], [1, 3, 5, 11, 13]],
                         dtype=torch.float32, device=dev)

@@ -153,25 +153,17 @@ def _syncbn_for(device: Any) -> tuple[Any, str, dict[str, str]]:
 
 
 def _model(norm_factory: Any) -> Any:
-    import torch
-    from mmcv.ops import DeformConv2d, RoIAlign
+    """The ladder's toy model (toy_model.py, loaded by path like the ladder's child loads it) with a
+    Conv2d + norm stem, CHANNELS wide, 4 outputs."""
+    import importlib.util
 
-    class Net(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.stem = torch.nn.Conv2d(3, CHANNELS, 3, padding=1, bias=False)
-            self.norm = norm_factory(CHANNELS)
-            self.offset = torch.nn.Conv2d(CHANNELS, 2 * 3 * 3, 3, padding=1)
-            self.dcn = DeformConv2d(CHANNELS, CHANNELS, 3, padding=1)
-            self.roi = RoIAlign((4, 4), spatial_scale=1.0, sampling_ratio=2, aligned=True)
-            self.head = torch.nn.Linear(CHANNELS * 16, 4)
-
-        def forward(self, x: Any, rois: Any) -> Any:
-            f = torch.relu(self.norm(self.stem(x)))
-            f = torch.relu(self.dcn(f, self.offset(f)))
-            return self.head(self.roi(f, rois).flatten(1))
-
-    return Net()
+    path = Path(__file__).resolve().with_name("toy_model.py")
+    spec = importlib.util.spec_from_file_location("_mmstack_toy_model", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    toy = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(toy)
+    return toy.build(channels=CHANNELS, outputs=4, norm=norm_factory)
 
 
 def train(*, steps: int, out: Path, pg_timeout: float) -> None:
