@@ -1,4 +1,5 @@
-"""Known causes of a failed ladder level: one table, pattern -> cause and fix.
+"""Known causes of a failure: one table, pattern -> cause and fix, for a failed ladder level and
+for the distributed L5 step (each rule says which: its scope).
 
 `diagnose(text, context)` returns the first rule whose pattern matches. `text` is what the ladder
 knows about the failure as lines (`level=L3`, `step=get_compiler_version`, `signal=SIGSEGV`,
@@ -6,6 +7,8 @@ knows about the failure as lines (`level=L3`, `step=get_compiler_version`, `sign
 join the context, so a fix can name the library or symbol it found. The context carries what
 the earlier levels learnt (GPU, compute capability, torch's CUDA, driver) and what the facts say
 (the environment to install, the driver needed); a missing value reads as a generic phrase.
+The distributed rules are matched by `distributed.diagnose` (the first failing rank's error, then
+every rank's, then torchrun's output), case-sensitively, `{match}` being the matched text.
 Stdlib only: the ladder imports it inside build sandboxes.
 """
 
@@ -13,6 +16,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+
+from mmstack.verify.dist_worker import TOO_FEW_GPUS
 
 # Which conda package provides a library (conda-forge names). First prefix that matches wins.
 LIBRARY_PACKAGES: tuple[tuple[str, str], ...] = (
@@ -52,13 +57,26 @@ def library_package(lib: str) -> str:
 @dataclass(frozen=True)
 class Rule:
     name: str
-    pattern: str  # a regular expression searched in the failure text (case-insensitive)
+    pattern: str  # a regular expression searched in the failure text (with flags)
     cause: str  # str.format templates over the context
     fix: str
+    scope: str = "ladder"  # "ladder": a failed ladder level; "distributed": the L5 torchrun step
+    flags: int = re.IGNORECASE | re.MULTILINE
+
+    def search(self, text: str) -> re.Match[str] | None:
+        return re.search(self.pattern, text, self.flags)
 
 
-# Order matters: specific before general.
-RULES: tuple[Rule, ...] = (
+NCCL_FIX = (
+    "rerun with NCCL_DEBUG=INFO to see which transport fails, then try one at a time: "
+    "NCCL_P2P_DISABLE=1 (peer-to-peer/NVLink path), NCCL_SHM_DISABLE=1 (shared memory; in containers "
+    "use --ipc=host or --shm-size=1g), NCCL_IB_DISABLE=1 (InfiniBand/RoCE), NCCL_SOCKET_IFNAME=lo "
+    "(wrong network interface), e.g. `NCCL_P2P_DISABLE=1 NCCL_DEBUG=INFO mmstack verify --levels L5 "
+    "--nproc {nproc}`"
+)
+
+# Order matters: specific before general (within a scope).
+TABLE: tuple[Rule, ...] = (
     Rule(
         "static-libstdcxx",
         r"links libstdc\+\+ statically",
@@ -197,7 +215,97 @@ RULES: tuple[Rule, ...] = (
         "the process crashed with {signal} in {step}",
         "run `mmstack doctor`; rerun that step with `python -X faulthandler` for the native stack",
     ),
+    Rule(
+        "missing-package",
+        r"No module named '?(mmcv|mmengine|torch)\b|cannot import name .* from 'mmcv",
+        "torch, mmcv or mmengine is missing or broken in the environment the ranks run in",
+        "run the lower levels first (`mmstack verify --levels L1,L2`) and fix what they report",
+        scope="distributed", flags=0,
+    ),
+    Rule(
+        "too-few-gpus",
+        rf"\d+ {TOO_FEW_GPUS}, \d+ GPUs? visible[^\n]*",
+        "{match}: one process per GPU is needed",
+        "lower --nproc to the GPU count, or run where more GPUs are visible (check CUDA_VISIBLE_DEVICES)",
+        scope="distributed", flags=0,
+    ),
+    Rule(
+        "abi-mismatch",
+        r"undefined symbol|ImportError: .*_ext",
+        "mmcv's compiled extension does not load against this torch (ABI or version mismatch)",
+        "install the mmcv build made for this torch and CUDA (`mmstack verify --levels L2` shows it)",
+        scope="distributed", flags=0,
+    ),
+    Rule(
+        "no-kernel-image",
+        r"no kernel image is available|invalid device function",
+        "mmcv's CUDA kernels do not include this GPU's architecture",
+        "check the arch list with `mmstack fatbin <mmcv/_ext*.so>` and install the build for this "
+        "GPU generation",
+        scope="distributed", flags=0,
+    ),
+    Rule(
+        "mmcv-cpu-only",
+        r"implementation for device cuda not found|[Nn]ot compiled with GPU support",
+        "mmcv was built without its CUDA ops",
+        "install the CUDA build of mmcv for this generation, not the CPU one",
+        scope="distributed", flags=0,
+    ),
+    Rule(
+        "cuda-oom",
+        r"CUDA out of memory|OutOfMemoryError",
+        "a GPU ran out of memory (another process is using it?)",
+        "free the GPUs (nvidia-smi shows who holds them) and rerun",
+        scope="distributed", flags=0,
+    ),
+    Rule(
+        "bad-device-ordinal",
+        r"invalid device ordinal",
+        "a rank was given a GPU index that is not visible",
+        "check CUDA_VISIBLE_DEVICES and lower --nproc to the number of visible GPUs",
+        scope="distributed", flags=0,
+    ),
+    Rule(
+        "nccl-timeout",
+        r"Watchdog caught collective operation timeout|collective operation "
+                                r"timeout|[Tt]imed out (waiting|after)|wait timeout|Timeout waiting for key",
+        "a collective timed out: the ranks stopped exchanging data (with NCCL, usually a transport that "
+        "hangs)", NCCL_FIX,
+        scope="distributed", flags=0,
+    ),
+    Rule(
+        "nccl-error",
+        r"NCCL error|nccl\w*Error|unhandled system error|unhandled cuda error|"
+                              r"remote process exited or there was a network error|NCCL WARN",
+        "NCCL failed to set up or run a collective between the ranks", NCCL_FIX,
+        scope="distributed", flags=0,
+    ),
+    Rule(
+        "connection",
+        r"Connection reset|Connection refused|Broken pipe|Address already in use|"
+                              r"EADDRINUSE|Rendezvous\w*Error|server socket has failed",
+        "the connection between ranks (rendezvous store or gloo/NCCL sockets) broke",
+        "on one host set NCCL_SOCKET_IFNAME=lo and GLOO_SOCKET_IFNAME=lo; check that no firewall blocks "
+        "localhost ports; rerun with NCCL_DEBUG=INFO",
+        scope="distributed", flags=0,
+    ),
+    Rule(
+        "segfault",
+        r"SIGSEGV|Segmentation fault|exitcode\s*:\s*-11",
+        "a rank crashed with a segmentation fault (often mmcv built against another torch)",
+        "run `mmstack verify --levels L1,L2,L3` and install the matching mmcv build",
+        scope="distributed", flags=0,
+    ),
+    Rule(
+        "sigkill",
+        r"SIGKILL|exitcode\s*:\s*-9",
+        "a rank was killed (SIGKILL): usually the host ran out of memory",
+        "check `dmesg` for the OOM killer; free host memory and rerun",
+        scope="distributed", flags=0,
+    ),
 )
+RULES = tuple(r for r in TABLE if r.scope == "ladder")
+DISTRIBUTED_RULES = tuple(r for r in TABLE if r.scope == "distributed")
 
 FALLBACK = Rule(
     "unknown",
@@ -249,7 +357,7 @@ def diagnose(text: str, context: dict | None = None) -> Diagnosis:
     for m in re.finditer(r"^(?:step=(?P<step>.*?)(?: signal=(?P<signal>SIG\w+))?|timeout=(?P<timeout>\S+))$", text, re.M):
         fields.update({k: v for k, v in m.groupdict().items() if v and v != "?"})
     for rule in RULES:
-        hit = re.search(rule.pattern, text, re.IGNORECASE | re.MULTILINE)
+        hit = rule.search(text)
         if hit:
             fields.update({k: v for k, v in hit.groupdict().items() if v})
             if "lib" in fields and "package" not in fields:

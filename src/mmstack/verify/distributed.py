@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import shlex
 import shutil
 import signal
@@ -35,7 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from mmstack.errors import BadInput
-from mmstack.verify.dist_worker import FAULT_ENV, MULTICAST_OFF, TOO_FEW_GPUS
+from mmstack.verify.diagnose import DISTRIBUTED_RULES, NCCL_FIX
+from mmstack.verify.dist_worker import FAULT_ENV, MULTICAST_OFF
 
 WORKER = Path(__file__).with_name("dist_worker.py")
 # Run the worker by path (as ladder.py runs its children) and drop argv[0]; run_path leaves sys.path alone.
@@ -58,62 +58,6 @@ NCCL_ENV_TO_TRY: list[dict[str, str]] = [
      "why": "NCCL picked a network interface that cannot reach the other ranks (one host: lo; "
             "otherwise the NIC that routes between hosts, e.g. eth0)"},
 ]
-NCCL_FIX = (
-    "rerun with NCCL_DEBUG=INFO to see which transport fails, then try one at a time: "
-    "NCCL_P2P_DISABLE=1 (peer-to-peer/NVLink path), NCCL_SHM_DISABLE=1 (shared memory; in containers "
-    "use --ipc=host or --shm-size=1g), NCCL_IB_DISABLE=1 (InfiniBand/RoCE), NCCL_SOCKET_IFNAME=lo "
-    "(wrong network interface), e.g. `NCCL_P2P_DISABLE=1 NCCL_DEBUG=INFO mmstack verify --levels L5 "
-    "--nproc {nproc}`"
-)
-
-# (rule id, pattern, diagnosis, fix), most specific first; matched against the first failing rank's
-# error, then every rank's error, then torchrun's merged output.
-_RULES: list[tuple[str, re.Pattern[str], str, str]] = [
-    ("missing-package",
-     re.compile(r"No module named '?(mmcv|mmengine|torch)\b|cannot import name .* from 'mmcv"),
-     "torch, mmcv or mmengine is missing or broken in the environment the ranks run in",
-     "run the lower levels first (`mmstack verify --levels L1,L2`) and fix what they report"),
-    ("too-few-gpus", re.compile(rf"\d+ {TOO_FEW_GPUS}, \d+ GPUs? visible[^\n]*"),
-     "{match}: one process per GPU is needed",
-     "lower --nproc to the GPU count, or run where more GPUs are visible (check CUDA_VISIBLE_DEVICES)"),
-    ("abi-mismatch", re.compile(r"undefined symbol|ImportError: .*_ext"),
-     "mmcv's compiled extension does not load against this torch (ABI or version mismatch)",
-     "install the mmcv build made for this torch and CUDA (`mmstack verify --levels L2` shows it)"),
-    ("no-kernel-image", re.compile(r"no kernel image is available|invalid device function"),
-     "mmcv's CUDA kernels do not include this GPU's architecture",
-     "check the arch list with `mmstack fatbin <mmcv/_ext*.so>` and install the build for this "
-     "GPU generation"),
-    ("mmcv-cpu-only",
-     re.compile(r"implementation for device cuda not found|[Nn]ot compiled with GPU support"),
-     "mmcv was built without its CUDA ops",
-     "install the CUDA build of mmcv for this generation, not the CPU one"),
-    ("cuda-oom", re.compile(r"CUDA out of memory|OutOfMemoryError"),
-     "a GPU ran out of memory (another process is using it?)",
-     "free the GPUs (nvidia-smi shows who holds them) and rerun"),
-    ("bad-device-ordinal", re.compile(r"invalid device ordinal"),
-     "a rank was given a GPU index that is not visible",
-     "check CUDA_VISIBLE_DEVICES and lower --nproc to the number of visible GPUs"),
-    ("nccl-timeout", re.compile(r"Watchdog caught collective operation timeout|collective operation "
-                                r"timeout|[Tt]imed out (waiting|after)|wait timeout|Timeout waiting for key"),
-     "a collective timed out: the ranks stopped exchanging data (with NCCL, usually a transport that "
-     "hangs)", NCCL_FIX),
-    ("nccl-error", re.compile(r"NCCL error|nccl\w*Error|unhandled system error|unhandled cuda error|"
-                              r"remote process exited or there was a network error|NCCL WARN"),
-     "NCCL failed to set up or run a collective between the ranks", NCCL_FIX),
-    ("connection", re.compile(r"Connection reset|Connection refused|Broken pipe|Address already in use|"
-                              r"EADDRINUSE|Rendezvous\w*Error|server socket has failed"),
-     "the connection between ranks (rendezvous store or gloo/NCCL sockets) broke",
-     "on one host set NCCL_SOCKET_IFNAME=lo and GLOO_SOCKET_IFNAME=lo; check that no firewall blocks "
-     "localhost ports; rerun with NCCL_DEBUG=INFO"),
-    ("segfault", re.compile(r"SIGSEGV|Segmentation fault|exitcode\s*:\s*-11"),
-     "a rank crashed with a segmentation fault (often mmcv built against another torch)",
-     "run `mmstack verify --levels L1,L2,L3` and install the matching mmcv build"),
-    ("sigkill", re.compile(r"SIGKILL|exitcode\s*:\s*-9"),
-     "a rank was killed (SIGKILL): usually the host ran out of memory",
-     "check `dmesg` for the OOM killer; free host memory and rerun"),
-]
-
-
 def launch_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment torchrun and its ranks get: `base` (default: ours), multicast forced off."""
     env = dict(os.environ if base is None else base)
@@ -263,10 +207,11 @@ def diagnose(
     for text in (first, "\n".join(texts), output):
         if text is output and timed_out:
             break  # what torchrun printed while being killed says less than the timeout itself
-        for rule, pattern, diagnosis, fix in _RULES:
-            m = pattern.search(text)
+        for r in DISTRIBUTED_RULES:
+            m = r.search(text)
             if m:
-                diagnosis = diagnosis.format(match=m.group(0).strip())
+                rule, fix = r.name, r.fix
+                diagnosis = r.cause.format(match=m.group(0).strip())
                 if first and text is first:  # say which rank, and what it said
                     e = rank_errors[0]
                     said = _first_line(f"{e.get('type')}: {e.get('message')}")
