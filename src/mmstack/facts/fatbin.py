@@ -1,6 +1,6 @@
 """Which SASS and PTX archs an ELF shared object (or a .whl/.conda/.tar.bz2 holding some) carries.
 
-Reads the fatbin containers in the `.nv_fatbin` section without cuobjdump. Stdlib + pyelftools only:
+Reads the fatbin containers in the `.nv_fatbin` section without cuobjdump. Stdlib only (ELF headers through facts/elf.py):
 this runs inside GPU environments and build sandboxes. Only headers are read (payloads are skipped
 by seeking), so a multi-GB libtorch_cuda.so costs a few reads per entry.
 
@@ -34,10 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, BinaryIO
 
-from elftools.common.exceptions import ELFError
-from elftools.elf.elffile import ELFFile
-
 from mmstack.errors import BadInput
+from mmstack.facts.elf import SHT_NOBITS, Elf, ElfError
 
 _MAGIC = 0xBA55ED50
 _CONTAINER = struct.Struct("<IHHQ")
@@ -140,13 +138,9 @@ def _parse_section(stream: BinaryIO, start: int, size: int, name: str, where: st
 
 def _list_elf(stream: BinaryIO, where: str) -> ObjectListing:
     try:
-        elf = ELFFile(stream)
-        sections = [
-            (s.name, s["sh_offset"], s["sh_size"])
-            for s in elf.iter_sections()
-            if s.name in _SECTIONS and s["sh_type"] != "SHT_NOBITS"
-        ]
-    except (ELFError, struct.error, ValueError) as exc:
+        sections = [(s.name, s.offset, s.size) for s in Elf(stream).sections()
+                    if s.name in _SECTIONS and s.type != SHT_NOBITS]
+    except (ElfError, struct.error, ValueError) as exc:
         raise BadInput(f"malformed ELF file: {exc}", source=where) from exc
     entries = [e for name, offset, size in sections for e in _parse_section(stream, offset, size, name, where)]
     return ObjectListing(path=where, entries=tuple(entries))

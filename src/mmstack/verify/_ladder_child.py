@@ -24,13 +24,13 @@ import importlib.util
 import json
 import math
 import os
-import struct
 import sys
 import time
 import traceback
 
 faulthandler.enable()
 OPS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_ladder_ops.py")
+ELF_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "facts", "elf.py")
 TOY_MODEL_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "toy_model.py")  # L5 and dist_worker.py
 
 # Tolerances. Each op is checked against hand-computed values, against mmcv's CPU kernel when
@@ -139,51 +139,9 @@ def level_l2(out: _Out, opts: dict) -> None:
 
 
 def elf_dynamic(path: str) -> dict | None:
-    """DT_NEEDED, DT_RUNPATH and DT_RPATH of a 64-bit little-endian ELF; None if it is not one."""
-    with open(path, "rb") as f:
-        head = f.read(64)
-        if len(head) < 64 or head[:4] != b"\x7fELF" or head[4] != 2 or head[5] != 1:
-            return None
-        phoff, = struct.unpack_from("<Q", head, 0x20)
-        phentsize, phnum = struct.unpack_from("<HH", head, 0x36)
-        f.seek(phoff)
-        table = f.read(phentsize * phnum)
-        loads, dynamic = [], None
-        for i in range(phnum):
-            p_type, _, offset, vaddr, _, filesz, _, _ = struct.unpack_from("<IIQQQQQQ", table, i * phentsize)
-            if p_type == 1:  # PT_LOAD
-                loads.append((vaddr, offset, filesz))
-            elif p_type == 2:  # PT_DYNAMIC
-                dynamic = (offset, filesz)
-        if dynamic is None:
-            return {"needed": [], "runpath": [], "rpath": []}
-        f.seek(dynamic[0])
-        raw = f.read(dynamic[1])
-        tags: list[tuple[int, int]] = []
-        for i in range(0, len(raw) - 15, 16):
-            tag, val = struct.unpack_from("<qQ", raw, i)
-            if tag == 0:
-                break
-            tags.append((tag, val))
-        strtab = next((v for t, v in tags if t == 5), None)
-        if strtab is None:
-            return {"needed": [], "runpath": [], "rpath": []}
-        base = next((off + strtab - va for va, off, sz in loads if va <= strtab < va + sz), strtab)
-
-        def string(at: int) -> str:
-            f.seek(base + at)
-            data = f.read(4096)
-            return data.split(b"\0", 1)[0].decode("utf-8", "replace")
-
-        def paths(tag: int) -> list[str]:
-            origin = os.path.dirname(os.path.realpath(path))
-            found = []
-            for t, v in tags:
-                if t == tag:
-                    found += [d.replace("$ORIGIN", origin).replace("${ORIGIN}", origin) for d in string(v).split(":") if d]
-            return found
-
-        return {"needed": [string(v) for t, v in tags if t == 1], "runpath": paths(29), "rpath": paths(15)}
+    """DT_NEEDED, DT_RUNPATH and DT_RPATH of a 64-bit little-endian ELF; None if it is not one
+    (mmstack's one ELF reader, facts/elf.py, loaded by path)."""
+    return _load_by_path("_mmstack_elf", ELF_FILE).dynamic(path)
 
 
 class _LinkMap(ctypes.Structure):
@@ -476,6 +434,7 @@ def _load_by_path(name: str, path: str | os.PathLike[str]):
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot load {path}")
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod  # dataclasses look their module up there
     spec.loader.exec_module(mod)
     return mod
 

@@ -588,21 +588,14 @@ def libstdcxx_linkage(path: str | None) -> str | None:
     if not path:
         return None
     try:
-        from elftools.elf.dynamic import DynamicSection
-        from elftools.elf.elffile import ELFFile
-        from elftools.elf.sections import SymbolTableSection
+        from mmstack.facts.elf import Elf
 
         with open(path, "rb") as f:
-            elf = ELFFile(f)
-            needed, locale = [], False
-            for sec in elf.iter_sections():
-                if isinstance(sec, DynamicSection):
-                    needed += [t.needed for t in sec.iter_tags()  # type: ignore[attr-defined]  # set at runtime by pyelftools
-                               if t.entry.d_tag == "DT_NEEDED"]
-                elif isinstance(sec, SymbolTableSection) and sec.name == ".dynsym":
-                    locale = any(sym.name.startswith(("_ZNSt6locale", "_ZNKSt6locale")) and sym["st_shndx"] != "SHN_UNDEF"
-                                 for sym in sec.iter_symbols())
-    except Exception:  # noqa: BLE001 - not ELF (a stand-in), unreadable, no pyelftools
+            elf = Elf(f)
+            tags, base = elf.dynamic_tags()
+            needed = [elf.string_at(base + v) for t, v in tags if t == 1] if base is not None else []  # DT_NEEDED
+            locale = any(name.startswith(("_ZNSt6locale", "_ZNKSt6locale")) for name in elf.defined_dynamic_symbols())
+    except Exception:  # noqa: BLE001 - not ELF (a stand-in), unreadable
         return None
     if any(n.startswith("libstdc++.so") for n in needed):
         return "shared"
