@@ -14,7 +14,7 @@ The child journals each part's start, steps, evidence and result to a file as it
 (signal), a hang (per-part timeout) or an exception becomes that level's FAIL with a diagnosis from
 `diagnose.RULES`, read back from the journal; the levels after it run in a fresh child (only a crash
 pays for a second interpreter); levels that need a failed one are NOT RUN. Importable with the
-stdlib alone: facts, arch and fatbin (pydantic, pyelftools) are imported only where L2 needs them.
+stdlib alone: facts, arch and fatbin (pydantic) are imported only where L2 needs them.
 """
 
 from __future__ import annotations
