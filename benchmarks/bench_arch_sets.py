@@ -3,7 +3,7 @@
 Compiles real mmcv 2.2.0 units (default: roi_align_cuda.cu and deform_conv_cuda.cu) with this
 machine's nvcc for each configuration and prints wall time (median of --repeat), CPU time and the
 object size, plus the ratios. The arch lists come from conda_build_config.yaml's rows through
-mmstack.arch.gencode_flags (the one place flags are made):
+mmstack.facts.arch.gencode_flags (the one place flags are made):
 
     per-gen   one generation's list (default 9.0, the h100 row)
     fat       the fat list of the same CUDA (default the 13.0 row: 7.5;8.0;...;12.0+PTX)
@@ -33,7 +33,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from mmstack.arch import gencode_flags, parse_arch_list
+from mmstack.facts.arch import gencode_flags, parse_arch_list
 
 UNITS = ("roi_align_cuda.cu", "deform_conv_cuda.cu")
 PER_GEN = "9.0"

@@ -4,7 +4,7 @@
     python benchmarks/bench_detector.py --device cpu --image-size 128 --iters 2 --repeats 3
 
 Both sides train ResNet-50-FPN Faster R-CNN from random weights on the same fixed synthetic
-batch (src/mmstack/train_detector.py makes it), with SGD and, on CUDA, float16 autocast with a
+batch (src/mmstack/verify/train_detector.py makes it), with SGD and, on CUDA, float16 autocast with a
 dynamic loss scale (mmengine's AmpOptimWrapper; torch.autocast + GradScaler for torchvision).
 After `--warmup` iterations, each of `--repeats` timings runs `--iters` iterations; the
 reported it/s is the median. `ratio` = mmdet it/s / torchvision it/s (> 1: mmdet is faster).
@@ -35,10 +35,10 @@ from pathlib import Path
 
 # Run from a checkout without installing mmstack (the GPU host carries the tree, not the package).
 try:
-    from mmstack import train_detector as td
+    from mmstack.verify import train_detector as td
 except ImportError:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-    from mmstack import train_detector as td
+    from mmstack.verify import train_detector as td
 
 
 def _sync(device: str) -> None:

@@ -39,7 +39,7 @@ VERSIONS = "import sys, torch, mmcv; print(sys.version.split()[0], torch.__versi
 
 
 def main() -> None:
-    from mmstack.ladder import run_ladder
+    from mmstack.verify.ladder import run_ladder
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=5)

@@ -21,10 +21,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from mmstack import lockfile, policy
-from mmstack.facts import load as load_facts
-from mmstack.lock import _locked, solve_env
-from mmstack.pixi_manifest import parse
+from mmstack.envs import lockfile, policy
+from mmstack.envs.lock import _locked, solve_env
+from mmstack.envs.pixi_manifest import parse
+from mmstack.facts.gpus import load as load_facts
 
 FIXTURE = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "conda-forge-subset" / "conda-forge"
 

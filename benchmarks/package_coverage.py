@@ -3,11 +3,11 @@
     python benchmarks/package_coverage.py measure WHEEL... -o benchmarks/results/cpu-dev/package_coverage.json
     python benchmarks/render_docs.py      # renders docs/gpus.md from that JSON (with every other doc)
 
-`measure` reads each package with mmstack.fatbin (the one fatbin reader: every CUDA object's SASS
+`measure` reads each package with mmstack.facts.fatbin (the one fatbin reader: every CUDA object's SASS
 and PTX archs, loaded section only) and records them with the file's size, sha256 and the seconds
 the read took. `render` (called by benchmarks/render_docs.py, the one docs renderer) derives, for every compute capability in the facts, how each package runs
 there (native, lower-minor SASS, PTX JIT, or not at all: the weakest CUDA object decides) with
-mmstack.arch.coverage, the same rules `mmstack arch check --package` applies. Nothing in the docs
+mmstack.facts.arch.coverage, the same rules `mmstack arch check --package` applies. Nothing in the docs
 is typed by hand.
 """
 
@@ -23,9 +23,9 @@ import time
 from pathlib import Path
 
 from mmstack import __version__
-from mmstack.arch import Coverage, Target, coverage, parse_arch
-from mmstack.facts import load
-from mmstack.fatbin import list_fatbins
+from mmstack.facts.arch import Coverage, Target, coverage, parse_arch
+from mmstack.facts.fatbin import list_fatbins
+from mmstack.facts.gpus import load
 
 
 def _sha256(path: Path) -> str:
@@ -55,7 +55,7 @@ def measure(paths: list[Path]) -> dict:
             ],
         })
     return {
-        "what": "SASS/PTX archs of each CUDA object inside third-party packages, read by mmstack.fatbin",
+        "what": "SASS/PTX archs of each CUDA object inside third-party packages, read by mmstack.facts.fatbin",
         "measured": datetime.date.today().isoformat(),
         "command": "python benchmarks/package_coverage.py measure " + " ".join(p.name for p in paths),
         "machine": f"{platform.machine()}, {platform.system()} {platform.release()}, Python {platform.python_version()}",
@@ -118,7 +118,7 @@ def render(data: dict) -> str:
             "Derived from src/mmstack/data/gpus.toml by `mmstack gpus` (each generation environment carries",
             "only its own SASS); `mmstack gpus --env none` lists the GPUs no environment serves.", "",
             "| compute capability | environment | runs |", "|---|---|---|"]
-    from mmstack.arch import serving_env
+    from mmstack.facts.arch import serving_env
 
     for a in archs:
         s = serving_env(facts, a.compute_capability)

@@ -32,7 +32,7 @@ pytest.importorskip("rattler_build", reason="py-rattler-build is the optional 'b
 
 from support import bootstrap, offline
 
-from mmstack import build, channel
+from mmstack.build import channel, recipes as build
 
 pytestmark = pytest.mark.slow
 
@@ -61,7 +61,8 @@ def _inputs_key(boot: Path) -> str:
     files = [CONFIG, ROOT / "pyproject.toml", *sorted((ROOT / "recipes" / "mmcv").rglob("*")),
              *sorted((ROOT / "recipes" / "mmdet").rglob("*")),
              *sorted((ROOT / "recipes" / "mmstack").rglob("*")), *sorted((ROOT / "src" / "mmstack").rglob("*.py")),
-             *sorted((ROOT / "src" / "mmstack" / "data").rglob("*")), Path(build.__file__), Path(channel.__file__)]
+             *sorted((ROOT / "src" / "mmstack" / "data").rglob("*")),
+             *sorted((ROOT / "src" / "mmstack" / "ci" / "templates").rglob("*")), Path(build.__file__), Path(channel.__file__)]
     for f in files:
         if f.is_file() and "__pycache__" not in f.parts:
             h.update(f.relative_to(ROOT).as_posix().encode() + b"\0" + f.read_bytes())
@@ -93,7 +94,7 @@ def built_channel(bootstrap_channel: Path) -> dict:
         started = time.monotonic()
         os.environ[bootstrap.NO_TORCHVISION_ENV] = "1"  # read when the recipe renders its tests
         # as `mmstack build --env cpu` does it (mmstack first: the others' tests run `mmstack verify`
-        # and `python -m mmstack.train_detector`), for the one python the bootstrap channel has
+        # and `python -m mmstack.verify.train_detector`), for the one python the bootstrap channel has
         built = build.run_stack_build(root=ROOT, channel_dir=ch, env="cpu", select={"python": "3.11"},
                                       recipes=[ROOT / "recipes" / "mmstack", *recipes], variant_config=CONFIG,
                                       overrides=_compiler_overrides(), extra_channels=[bootstrap_channel],

@@ -46,7 +46,7 @@ def test_variant_overrides_render_one_build_per_build_string():
     """--variant for every zipped key makes all matrix rows the same build: it is rendered once,
     with the overridden values in its build string (what scripts/gpu-proof.sh builds on the H200)."""
     pytest.importorskip("rattler_build")
-    from mmstack import build
+    from mmstack.build import recipes as build
 
     overrides = {"python": "3.12", "pytorch": "2.11", "cuda_compiler_version": "13.0",
                  "mmcv_arch_list": "8.0+PTX", "arch_tag": "sm80ptx", "c_stdlib_version": "2.28"}
@@ -145,7 +145,7 @@ def test_reachable_and_non_channel_urls(tmp_path):
     import http.server
     import threading
 
-    from mmstack.channel import unreachable
+    from mmstack.build.channel import unreachable
 
     (tmp_path / "ch" / "noarch").mkdir(parents=True)
     (tmp_path / "ch" / "noarch" / "repodata.json").write_text("{}")

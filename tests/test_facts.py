@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from mmstack import facts
 from mmstack.errors import BadInput
+from mmstack.facts import gpus as facts
 
-DATA = Path(facts.__file__).parent / "data" / facts.FACTS_FILE
+DATA = Path(facts.__file__).parents[1] / "data" / facts.FACTS_FILE
 
 
 def test_packaged_facts_load():

@@ -151,7 +151,7 @@ def test_recipe_tests_import_mmdet_check_configs_and_run_l5(rendered):
                    "dcnv2/faster-rcnn_r50-mdconv-c3-c5_fpn_1x_coco.py"):
         assert any(f.endswith(config) for f in files), config
     scripts = [t["script"] for t in tests if "script" in t]
-    assert any("mmstack.train_detector" in s for s in scripts)
+    assert any("mmstack.verify.train_detector" in s for s in scripts)
 
 
 def test_meta_yaml_matches_recipe_yaml(rendered):
@@ -177,7 +177,7 @@ def test_recipe_builds_without_pytorch_and_carries_the_patch_and_configs(tmp_pat
     """Build with rattler-build from the real sdist; host has python/pip/setuptools/wheel only.
 
     The recipe's own tests (import mmdet.models, L5) need mmcv, pycocotools, scipy... which the
-    bootstrap channel does not carry, so they are skipped here; tests/test_train_detector.py runs
+    bootstrap channel does not carry, so they are skipped here; tests/test_verify_train_detector.py runs
     the same L5 step in the development environment.
     """
     import json

@@ -77,7 +77,7 @@ timeout 120 python3 benchmarks/bench_ops.py --device cuda --json > "$OUT/ops_$TA
 save
 left 420 && timeout 100 python3 benchmarks/bench_startup.py --device cuda --runs 3 --json > "$OUT/startup_$TAG.json" 2>&1
 save
-left 460 && timeout 90 python3 -c "import json; from mmstack.distributed import run_distributed_step as r; print(json.dumps(r(nproc=1, steps=5), indent=2))" > "$OUT/dist1_$TAG.json" 2>&1
+left 460 && timeout 90 python3 -c "import json; from mmstack.verify.distributed import run_distributed_step as r; print(json.dumps(r(nproc=1, steps=5), indent=2))" > "$OUT/dist1_$TAG.json" 2>&1
 save
 left 500 && timeout 90 python3 benchmarks/bench_detector.py --device cuda --repeats 3 --iters 5 --json > "$OUT/detector_$TAG.json" 2>&1
 du -b "$EXT" > "$OUT/size_$TAG.txt"

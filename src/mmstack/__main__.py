@@ -1,5 +1,5 @@
 """`python -m mmstack` runs the CLI (same as the `mmstack` script)."""
 
-from .cli import main
+from mmstack.cli import main
 
 main()

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import typer
 
-from . import report
-from .errors import MmstackError
+from mmstack import report
+from mmstack.errors import MmstackError
 
 app = typer.Typer(
     add_completion=False,
@@ -31,7 +31,7 @@ def gpus(name: str | None = typer.Argument(None, help="A GPU name or alias, e.g.
          env: str | None = typer.Option(None, "--env", help="Only GPUs this environment runs (natively or not), or 'none'."),
          json: bool = JSON) -> None:
     """Known GPUs: compute capability, first CUDA, the environment that serves each (or none); or one GPU's facts."""
-    from .commands.facts_cmds import run_gpus
+    from mmstack.commands.facts_cmds import run_gpus
 
     raise typer.Exit(run_gpus(name=name, arch=arch, env=env, as_json=json))
 
@@ -46,7 +46,7 @@ def arch_check(
     json: bool = JSON,
 ) -> None:
     """Will a build (an arch list, or a package's CUDA code) run on GPU? Exit 0 runs (warnings for JIT/lower minor), 1 not."""
-    from .commands.facts_cmds import run_arch_check
+    from mmstack.commands.facts_cmds import run_arch_check
 
     raise typer.Exit(run_arch_check(gpu=gpu, cc=cc, arch_list=arch_list, package=package, cuda=cuda, as_json=json))
 
@@ -57,7 +57,7 @@ def matrix(
     config: Path = typer.Option(Path("conda_build_config.yaml"), "--config", help="Variant config file."),
 ) -> None:
     """The rendered, validated variant matrix."""
-    from .commands.facts_cmds import run_matrix
+    from mmstack.commands.facts_cmds import run_matrix
 
     raise typer.Exit(run_matrix(fmt=format, config=config))
 
@@ -66,7 +66,7 @@ def matrix(
 def check(root: Path = typer.Option(Path("."), "--root", help="Repository root."), json: bool = JSON,
           strict: bool = typer.Option(False, "--strict", help="A stage that did not run (SKIP) is a failure (CI).")) -> None:
     """Validate facts, variants, recipes, pixi.toml, workflows and locks together."""
-    from .commands.check_cmd import run_check
+    from mmstack.commands.check_cmd import run_check
 
     raise typer.Exit(run_check(root=root, as_json=json, strict=strict))
 
@@ -83,7 +83,7 @@ def verify(
     l4: str = typer.Option("quick", "--l4", help="L4 mode: quick (5 ops) or complete (every op mmcv.ops exports, each compared with the CPU kernel, torch/torchvision or known values, or listed as run-only)."),
 ) -> None:
     """The L1..L5 ladder (import, CUDA, ops load, ops run, train) in one child process; a crash costs a fresh one."""
-    from .commands.ladder_cmds import run_verify
+    from mmstack.commands.ladder_cmds import run_verify
 
     raise typer.Exit(run_verify(levels=levels, as_json=json, expect_gpu=expect_gpu, python=python, timeout=timeout,
                                 model=model, nproc=nproc, l4=l4))
@@ -94,7 +94,7 @@ def fatbin(path: Path = typer.Argument(..., help="An .so, .whl, .conda or .tar.b
            expect: str | None = typer.Option(None, "--expect", help="Exit 1 unless the archs equal this list, e.g. '8.9' or '9.0;12.0+PTX'."),
            json: bool = JSON) -> None:
     """SASS and PTX archs inside a shared object or a package holding some."""
-    from .commands.ladder_cmds import run_fatbin
+    from mmstack.commands.ladder_cmds import run_fatbin
 
     raise typer.Exit(run_fatbin(path=path, as_json=json, expect=expect))
 
@@ -102,7 +102,7 @@ def fatbin(path: Path = typer.Argument(..., help="An .so, .whl, .conda or .tar.b
 @app.command()
 def doctor(json: bool = JSON) -> None:
     """Environment fingerprint (GPU, driver, torch, CUDA, compilers, mmcv archs) and the problems found."""
-    from .commands.doctor_cmds import run_doctor
+    from mmstack.commands.doctor_cmds import run_doctor
 
     raise typer.Exit(run_doctor(as_json=json))
 
@@ -110,7 +110,7 @@ def doctor(json: bool = JSON) -> None:
 @app.command()
 def detect(json: bool = JSON) -> None:
     """Local GPU(s), driver, and which environment to use."""
-    from .commands.doctor_cmds import run_detect
+    from mmstack.commands.doctor_cmds import run_detect
 
     raise typer.Exit(run_detect(as_json=json))
 
@@ -131,7 +131,7 @@ def build(
     json: bool = JSON,
 ) -> None:
     """Build the recipes into a local channel and index it (all or nothing per recipe)."""
-    from .commands.build_cmds import run_build_cmd
+    from mmstack.commands.build_cmds import run_build_cmd
 
     raise typer.Exit(run_build_cmd(root=root, channel=channel, env=env, build_all=all_, recipes=recipe,
                                    extra_channels=source_channel, test=not no_test, as_json=json,
@@ -146,7 +146,7 @@ app.add_typer(channel_app, name="channel")
 def channel_index(path: Path = typer.Argument(..., help="Channel directory (subdirs holding packages)."),
                   json: bool = JSON) -> None:
     """(Re)index a local channel atomically."""
-    from .commands.build_cmds import run_channel_index
+    from mmstack.commands.build_cmds import run_channel_index
 
     raise typer.Exit(run_channel_index(path=path, as_json=json))
 
@@ -161,7 +161,7 @@ def ci_generate(
     root: Path = typer.Option(Path("."), "--root", help="Repository root."),
 ) -> None:
     """Write .github/workflows/build.yml and locks.yml from conda_build_config.yaml (or check them)."""
-    from .workflows import run_ci_generate
+    from mmstack.ci.workflows import run_ci_generate
 
     raise typer.Exit(run_ci_generate(root=root, check=check))
 
@@ -184,7 +184,7 @@ def lock(
     """Solve every environment with py-rattler; write pixi.lock and envs/*.conda-lock.yml (all or nothing)."""
     if ctx.invoked_subcommand is not None:
         return
-    from .lock import run_lock
+    from mmstack.envs.lock import run_lock
 
     raise typer.Exit(run_lock(root=root, envs=env or None, channels=channel or None, yml_only=yml_only))
 
@@ -197,7 +197,7 @@ def lock_check(
     require_lock: bool = typer.Option(False, "--require-lock", help="No pixi.lock is a failure (for a tree that commits its lock)."),
 ) -> None:
     """Exit 1 with one line per problem when a lock is stale or breaks the policy for its generation."""
-    from .lock import run_lock_check
+    from mmstack.envs.lock import run_lock_check
 
     raise typer.Exit(run_lock_check(root=root, envs=env or None, channels=channel or None, require_lock=require_lock))
 

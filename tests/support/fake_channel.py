@@ -105,8 +105,8 @@ def standard_packages(matrix, *, pythons=("3.11", "3.12"), cuda_versions=("12.8"
                     depends=("python >=3.8", "mmcv >=2.0.0rc4,<2.2.0", "mmengine >=0.7.1,<1.0.0", "numpy")))
     pkgs.append(Pkg("mmengine", "0.10.7", "pyh", subdir="noarch", noarch="python", depends=("python >=3.8", "numpy")))
     pkgs.append(Pkg("mmstack", "0.1.0", "pyh", subdir="noarch", noarch="python",
-                    depends=("python >=3.10", "typer >=0.12", "rich >=13", "pydantic >=2.5", "pyelftools >=0.31")))
-    for name, ver in (("typer", "0.12.5"), ("rich", "13.9.4"), ("pydantic", "2.9.2"), ("pyelftools", "0.31"),
+                    depends=("python >=3.10", "typer >=0.12", "rich >=13", "pydantic >=2.5", "pyelftools >=0.31", "jinja2 >=3.1")))
+    for name, ver in (("typer", "0.12.5"), ("rich", "13.9.4"), ("pydantic", "2.9.2"), ("pyelftools", "0.31"), ("jinja2", "3.1.6"),
                       ("ruamel.yaml", "0.18.6"), ("pytest", "8.3.3")):
         pkgs.append(Pkg(name, ver, "pyh", subdir="noarch", noarch="python", depends=("python >=3.9",)))
     for name, ver in (("py-rattler", "0.28.0"), ("py-rattler-build", "0.73.0")):
@@ -136,7 +136,7 @@ def build_channel(dest: Path, packages: list[Pkg]) -> Path:
 
 
 def variants_fat_tag() -> str:
-    from mmstack.variants import FAT_TAG
+    from mmstack.variants.matrix import FAT_TAG
 
     return FAT_TAG
 

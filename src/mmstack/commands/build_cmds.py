@@ -5,10 +5,10 @@ from __future__ import annotations
 import json as jsonlib
 from pathlib import Path
 
-from .. import report
-from ..build import ALL, DEFAULT_CHANNELS, STACK, recipe_path, render, run_stack_build, selection_for_env
-from ..channel import index_channel, require_reachable
-from ..errors import BadInput
+from mmstack import report
+from mmstack.build.channel import index_channel, require_reachable
+from mmstack.build.recipes import ALL, DEFAULT_CHANNELS, STACK, recipe_path, render, run_stack_build, selection_for_env
+from mmstack.errors import BadInput
 
 
 def _with_variants(root: Path, recipes: tuple[str, ...]) -> list[str]:

@@ -12,9 +12,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import report, variants
-from ..errors import MmstackError
-from ..facts import load
+from mmstack import report
+from mmstack.errors import MmstackError
+from mmstack.facts.gpus import load
+from mmstack.variants import matrix as variants
 
 
 @dataclass(frozen=True)
@@ -42,19 +43,19 @@ def _matrix(root: Path) -> str:
 
 
 def _recipes(root: Path) -> str:
-    from ..build import check_recipes
+    from mmstack.build.recipes import check_recipes
 
     return check_recipes(root)
 
 
 def _workflows(root: Path) -> str | Skip:
-    from ..workflows import check_workflows
+    from mmstack.ci.workflows import check_workflows
 
     return check_workflows(root)
 
 
 def _locks(root: Path) -> str | Skip:
-    from ..lock import check_locks_for_check_command
+    from mmstack.envs.lock import check_locks_for_check_command
 
     return check_locks_for_check_command(root)
 

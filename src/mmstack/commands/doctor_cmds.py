@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from .. import report
-from ..doctor import assign_envs, detect_gpus, findings, fingerprint
-from ..facts import load
+from mmstack import report
+from mmstack.facts.gpus import load
+from mmstack.verify.doctor import assign_envs, detect_gpus, findings, fingerprint
 
 
 def run_doctor(*, as_json: bool) -> int:

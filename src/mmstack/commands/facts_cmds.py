@@ -6,9 +6,11 @@ import json as jsonlib
 import re
 from pathlib import Path
 
-from .. import arch as archmod, report, variants
-from ..errors import BadInput
-from ..facts import load
+from mmstack import report
+from mmstack.errors import BadInput
+from mmstack.facts import arch as archmod
+from mmstack.facts.gpus import load
+from mmstack.variants import matrix as variants
 
 
 def _gpu_row(facts, gpu) -> dict:
@@ -92,7 +94,7 @@ def run_arch_check(*, gpu: str | None, arch_list: str | None, cuda: str | None, 
             raise BadInput("--cuda goes with --arch-list (a package is already built)", fix="drop --cuda")
         if gpu is None and cc is None:
             raise BadInput("name the GPU: --gpu NAME or --cc X.Y", fix="e.g. --gpu 'RTX 4090' or --cc 8.9")
-        from ..fatbin import list_fatbins
+        from mmstack.facts.fatbin import list_fatbins
 
         a = archmod.assess_package(facts, list_fatbins(package), package=str(package), gpu_name=gpu, cc=cc)
     else:
@@ -123,7 +125,7 @@ def run_matrix(*, fmt: str, config: Path) -> int:
     if fmt == "json":
         report.print_json([v.as_dict() for v in matrix])
     elif fmt == "github":
-        from ..workflows import github_matrix
+        from mmstack.ci.workflows import github_matrix
 
         print(jsonlib.dumps(github_matrix(matrix, config_path=config), separators=(",", ":")))
     else:

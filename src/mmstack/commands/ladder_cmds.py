@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .. import report
-from ..errors import BadInput, CheckFailed
-from ..ladder import DEFAULT_TIMEOUT, parse_levels, run_ladder
+from mmstack import report
+from mmstack.errors import BadInput, CheckFailed
+from mmstack.verify.ladder import DEFAULT_TIMEOUT, parse_levels, run_ladder
 
 
 def parse_models(text: str | None) -> tuple[str, ...]:
     """--model faster-rcnn,faster-rcnn-mdconv -> names of train_detector.MODELS (checked here)."""
     if not text:
         return ()
-    from ..train_detector import MODELS
+    from mmstack.verify.train_detector import MODELS
 
     names = tuple(dict.fromkeys(t.strip() for t in text.split(",") if t.strip()))
     unknown = [n for n in names if n not in MODELS]
@@ -47,7 +47,7 @@ def run_verify(*, levels: str | None, as_json: bool, expect_gpu: bool, python: s
 
 def run_fatbin(*, path: Path, as_json: bool, expect: str | None = None) -> int:
     """List the archs; with `expect`, exit 1 unless they equal that arch list exactly."""
-    from ..fatbin import compare_to_arch_list, list_fatbins, summarize
+    from mmstack.facts.fatbin import compare_to_arch_list, list_fatbins, summarize
 
     listings = list_fatbins(path)
     problems = compare_to_arch_list(listings, expect) if expect is not None else []

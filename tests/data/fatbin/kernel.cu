@@ -1,4 +1,4 @@
-// The smallest kernel that gives nvcc something to embed: tests/test_fatbin.py compiles it
+// The smallest kernel that gives nvcc something to embed: tests/test_facts_fatbin.py compiles it
 // for chosen -gencode targets and checks that mmstack.fatbin lists exactly those.
 __global__ void add(float* a, const float* b, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;

@@ -1,0 +1,288 @@
+"""A local conda channel: add packages, index it, install from it (py-rattler).
+
+Indexing is atomic and serialized. Packages are hard-linked into a shadow copy of the channel
+(`.index-<pid>/`), py-rattler indexes the shadow, and only then are the new repodata files renamed
+over the live ones; a lock file (`.mmstack.lock`, fcntl) keeps two builds that share a channel from
+interleaving. A reader therefore sees the old index or the new one, never half of either.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import json
+import os
+import re
+import shutil
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+
+from mmstack.errors import BadInput, BuildFailed, rattler_errors
+
+SUBDIRS = ("linux-64", "noarch")  # what mmstack builds; other subdirs are indexed if present
+LOCK_FILE = ".mmstack.lock"
+_PACKAGE_SUFFIXES = (".conda", ".tar.bz2")
+_SUBDIR = re.compile(r"noarch|(linux|osx|win|emscripten|wasi|zos)-[a-z0-9_]+")
+
+
+def ensure_channel(path: str | os.PathLike[str], *, create: bool = False) -> Path:
+    """Return `path` if it is a conda channel (a `noarch/` subdir at least); else BadInput.
+
+    With `create`, a missing or empty directory becomes an empty channel.
+    """
+    path = Path(path).expanduser().resolve()
+    if create and (not path.exists() or (path.is_dir() and not any(path.iterdir()))):
+        for sub in SUBDIRS:
+            (path / sub).mkdir(parents=True, exist_ok=True)
+        index_channel(path)
+        return path
+    if not path.is_dir():
+        raise BadInput(f"{path} is not a directory", source=str(path),
+                       fix="pass an existing channel directory, or a new path to create one")
+    if not (path / "noarch").is_dir():
+        raise BadInput(
+            f"{path} is not a conda channel: no noarch/ subdirectory",
+            source=str(path),
+            fix=f"point at a channel (a directory with noarch/ and linux-64/), or run `mmstack channel index {path}` "
+                "on a directory of subdirs holding packages",
+        )
+    return path
+
+
+def index_channel(path: str | os.PathLike[str]) -> Path:
+    """(Re)write repodata.json for every subdir of the channel at `path`, atomically."""
+    path = Path(path).expanduser().resolve()
+    if not path.is_dir():
+        raise BadInput(f"{path} is not a directory", source=str(path), fix="create it or pass a channel")
+    (path / "noarch").mkdir(exist_ok=True)  # a channel always has noarch/, even if empty
+    with _locked(path):
+        _index_locked(path)
+    return path
+
+
+def add_packages(channel: str | os.PathLike[str], packages: Iterable[str | os.PathLike[str]]) -> list[Path]:
+    """Move built packages into `channel/<subdir>/` and re-index, under the channel's lock.
+
+    The packages land under temporary names and are renamed into place only once all of them are
+    there, immediately before the index that lists them is swapped in.
+    """
+    root = ensure_channel(channel, create=True)
+    pkgs = [Path(p) for p in packages]
+    with _locked(root):
+        staged: list[tuple[Path, Path]] = []
+        try:
+            for pkg in pkgs:
+                subdir = _subdir_of(pkg)
+                dest = root / subdir / pkg.name
+                dest.parent.mkdir(exist_ok=True)
+                tmp = dest.with_name(f".{pkg.name}.partial-{os.getpid()}")
+                shutil.move(os.fspath(pkg), tmp)  # a copy when crossing filesystems
+                tmp.chmod(0o666 & ~_umask())  # rattler-build writes 0600; honour the umask like any file a user writes
+                staged.append((tmp, dest))
+        except BaseException:
+            for tmp, _ in staged:
+                tmp.unlink(missing_ok=True)
+            raise
+        for tmp, dest in staged:
+            os.replace(tmp, dest)
+        _index_locked(root, replaced=[dest.name for _, dest in staged])
+    return [dest for _, dest in staged]
+
+
+def install(
+    specs: Sequence[str],
+    channels: Sequence[str | os.PathLike[str]],
+    prefix: str | os.PathLike[str],
+    *,
+    platform: str | None = None,
+    virtual_packages: Sequence[str] | None = None,
+) -> list[str]:
+    """Solve `specs` over `channels` and install the result into `prefix`; return `name=version=build`.
+
+    `channels` are paths (local channels) or URLs/names. `virtual_packages` replaces the detected
+    ones (e.g. `["__glibc=2.28", "__cuda=12.9"]`) to solve for another machine.
+    """
+    import rattler
+
+    chans = [_channel(c) for c in channels]
+    if virtual_packages is None:
+        virtual = rattler.VirtualPackage.detect()
+    else:
+        virtual = [_virtual(v) for v in virtual_packages]
+
+    async def _run() -> list:
+        platforms = [rattler.Subdir(platform) if platform else rattler.Subdir.current(), rattler.Subdir("noarch")]
+        records = await rattler.solve(sources=chans, specs=list(specs), platforms=platforms,
+                                      virtual_packages=virtual)
+        await rattler.install(records, target_prefix=os.fspath(prefix), show_progress=False)
+        return records
+
+    try:
+        records = asyncio.run(_run())
+    except rattler_errors() as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise BuildFailed(f"cannot install {' '.join(specs)} from {', '.join(map(str, channels))}: {first}",
+                          fix="check the channel holds the package and its dependencies") from None
+    return [f"{r.name.normalized}={r.version}={r.build}" for r in records]
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _locked(channel: Path) -> Iterator[None]:
+    with open(channel / LOCK_FILE, "a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _index_locked(channel: Path, *, replaced: Iterable[str] | None = None) -> None:
+    """Index a shadow of the channel, then rename its repodata over the live files.
+
+    With `replaced` (the file names add_packages just wrote), indexing is incremental: the live
+    repodata seeds the shadow minus those names, so only new packages are read. Without it every
+    package is read again (`mmstack channel index`).
+    """
+    from rattler.index import index_fs
+
+    shadow = channel / f".index-{os.getpid()}"
+    shutil.rmtree(shadow, ignore_errors=True)
+    try:
+        subdirs = [d for d in sorted(channel.iterdir())
+                   if d.is_dir() and not d.name.startswith(".") and (d.name in SUBDIRS or _has_packages(d))]
+        for sub in subdirs:
+            (shadow / sub.name).mkdir(parents=True)
+            for pkg in sub.iterdir():
+                if pkg.name.endswith(_PACKAGE_SUFFIXES) and not pkg.name.startswith("."):
+                    _link(pkg, shadow / sub.name / pkg.name)
+            if replaced is not None:
+                _seed(sub / "repodata.json", shadow / sub.name / "repodata.json", drop=set(replaced))
+        asyncio.run(index_fs(shadow, write_zst=False, write_shards=False, force=replaced is None))
+        for sub in subdirs:
+            for produced in (shadow / sub.name).iterdir():
+                if produced.is_file() and not produced.name.endswith(_PACKAGE_SUFFIXES):
+                    os.replace(produced, sub / produced.name)
+    finally:
+        shutil.rmtree(shadow, ignore_errors=True)
+
+
+def _seed(live: Path, dest: Path, *, drop: set[str]) -> None:
+    if not live.is_file():
+        return
+    try:
+        data = json.loads(live.read_text())
+    except ValueError:  # unreadable: a full index of this subdir follows
+        return
+    for key in ("packages", "packages.conda"):
+        for name in drop & set(data.get(key, {})):
+            del data[key][name]
+    dest.write_text(json.dumps(data))
+
+
+def _link(src: Path, dest: Path) -> None:
+    try:
+        os.link(src, dest)
+    except OSError:  # another filesystem, or no hard links: a copy is slower but equivalent
+        shutil.copy2(src, dest)
+
+
+def _has_packages(d: Path) -> bool:
+    return any(p.name.endswith(_PACKAGE_SUFFIXES) for p in d.iterdir())
+
+
+def _subdir_of(pkg: Path) -> str:
+    """The subdir a package belongs in: the build's output subdirectory, else its index.json."""
+    if _SUBDIR.fullmatch(pkg.parent.name):
+        return pkg.parent.name
+    from rattler_build import Package
+
+    subdir = Package.from_file(pkg).subdir
+    if not subdir:
+        raise BuildFailed(f"{pkg} has no subdir in its index.json", fix="rebuild the package")
+    return subdir
+
+
+# -- source channels: reachable before anything is solved or built ----------------------------------
+
+REACH_TIMEOUT_S = 15.0
+
+
+def unreachable(channels: Sequence[str], *, timeout: float = REACH_TIMEOUT_S) -> list[tuple[str, str, str]]:
+    """(channel as given, URL probed, why) for each remote channel that does not answer with its
+    noarch/repodata.json. Local channels are left to their own checks. The probe goes through
+    urllib, so HTTP(S)_PROXY / NO_PROXY apply as they do for the solver."""
+    import urllib.error
+    import urllib.request
+
+    out = []
+    for given in channels:
+        url = channel_url(str(given), Path.cwd())
+        if not url.startswith(("http://", "https://")):
+            continue
+        probe = url + "noarch/repodata.json"
+        try:
+            req = urllib.request.Request(probe, method="HEAD", headers={"User-Agent": "mmstack"})
+            with urllib.request.urlopen(req, timeout=timeout):
+                pass
+        except urllib.error.HTTPError as exc:
+            why = "not a conda channel (no noarch/repodata.json)" if exc.code == 404 else f"HTTP {exc.code} {exc.reason}"
+            out.append((str(given), probe, why))
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            reason = getattr(exc, "reason", exc)
+            out.append((str(given), probe, f"cannot connect: {reason}"))
+    return out
+
+
+def channel_url(channel: str, root: Path) -> str:
+    """`conda-forge` -> its anaconda.org URL; `./channel` -> file:// URL; URLs stay; trailing /."""
+    c = str(channel).strip()
+    if "://" in c:
+        url = c
+    elif c.startswith((".", "/", "~")):
+        p = Path(c).expanduser()
+        url = (p if p.is_absolute() else (root / p)).resolve().as_uri()
+    else:
+        url = f"https://conda.anaconda.org/{c}"
+    return url.rstrip("/") + "/"
+
+
+def require_reachable(channels: Sequence[str], *, option: str, timeout: float = REACH_TIMEOUT_S) -> None:
+    """CheckFailed naming the first source channel that cannot be reached, and the fix."""
+    from mmstack.errors import CheckFailed
+
+    bad = unreachable(channels, timeout=timeout)
+    if bad:
+        given, probe, why = bad[0]
+        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+        raise CheckFailed(f"source channel {given} cannot be reached: {why} at {probe}{more}",
+                          fix=f"check the network and the proxy (HTTPS_PROXY, NO_PROXY), or use a mirror or a local copy "
+                              f"of it: {option} URL|DIR (repeatable)")
+
+
+def _channel(c: str | os.PathLike[str]):
+    import rattler
+
+    text = os.fspath(c)
+    if "://" not in text and (os.sep in text or Path(text).exists()):
+        text = Path(text).expanduser().resolve().as_uri()
+    return rattler.Channel(text)
+
+
+def _virtual(spec: str):
+    import rattler
+
+    name, _, rest = spec.partition("=")
+    version, _, build = rest.partition("=")
+    return rattler.GenericVirtualPackage(rattler.PackageName(name), rattler.Version(version or "0"),
+                                         rattler.BuildString(build or "0"))
+
+
+def _umask() -> int:
+    """The process umask (read by setting it and restoring it at once)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask

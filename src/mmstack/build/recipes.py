@@ -1,0 +1,404 @@
+"""Render and build recipes into a local channel (py-rattler-build).
+
+`run_build` renders a recipe over the variant matrix, keeps the variants that serve the requested
+environment, builds each with its tests (py-rattler-build skips tests unless asked), and only when
+every variant succeeded moves the packages into the channel and re-indexes it (channel.py: atomic,
+locked). A failed build raises BuildFailed and leaves the channel as it was.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mmstack.build import channel as channelmod
+from mmstack.errors import BadInput, BuildFailed
+
+ALL = "all"  # env=ALL: every variant of the matrix
+DEFAULT_CHANNELS = ("conda-forge",)
+TARGET_PLATFORM = "linux-64"
+RECIPE_FILE = "recipe.yaml"
+# The recipes `mmstack build` builds, in order: mmcv's tests run `mmstack verify` and mmdet's
+# `python -m mmstack.verify.train_detector` on the mmcv just built, so mmstack goes first, mmdet last.
+STACK = ("mmstack", "mmcv", "mmdet")
+# Variant keys that pick a build (the rest follow: c_stdlib_version is zipped with cuda_compiler_version).
+SELECT_KEYS = ("python", "pytorch", "cuda_compiler_version", "mmcv_arch_list", "arch_tag")
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class BuiltPackage:
+    path: Path  # where it lies in the channel
+    name: str
+    version: str
+    build_string: str
+    variant: dict = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict:
+        return {"path": str(self.path), "name": self.name, "version": self.version,
+                "build_string": self.build_string, "variant": self.variant, "seconds": round(self.seconds, 1)}
+
+
+# A variant key's value(s): one string or number, or a list of them (as the config's YAML has them).
+Override = str | int | float | Sequence[str | int | float]
+
+
+def load_variant_config(path: str | os.PathLike[str], overrides: Mapping[str, Override] | None = None) -> Any:
+    """conda_build_config.yaml (selectors and all) as rattler-build reads it, plus overrides.
+
+    An override replaces a key's values (a str is one value). zip_keys stay as the file has them:
+    one value for a zipped key (c_compiler_version zipped with cuda_compiler_version, say) is
+    repeated down the whole group; a list must then have the group's length.
+    """
+    from rattler_build import JinjaConfig, PlatformConfig, VariantConfig
+
+    path = Path(path)
+    if not path.is_file():
+        raise BadInput(f"{path} not found", source=str(path), fix="pass the variant config (conda_build_config.yaml)")
+    try:
+        jinja = JinjaConfig(platform=PlatformConfig(target_platform=TARGET_PLATFORM))
+        config = VariantConfig.from_conda_build_config(str(path), jinja)
+    except Exception as exc:  # noqa: BLE001 - any engine error reading the config is bad input, said in one line
+        raise BadInput(f"cannot read variant config: {_first_line(exc)}", source=str(path), fix="fix the YAML") from None
+    if overrides:
+        values = {k: [str(v)] if isinstance(v, (str, int, float)) else [str(x) for x in v] for k, v in overrides.items()}
+        for group in config.zip_keys or []:
+            length = len(config[group[0]])
+            for key in set(group) & set(values):
+                if len(values[key]) == 1:
+                    values[key] *= length
+                elif len(values[key]) != length:
+                    raise BadInput(f"override {key}={values[key]} has {len(values[key])} values, its zip group {length}",
+                                   source=str(path), fix="give one value or one per row of the zip group")
+        config = config.merge(VariantConfig(values))
+    return config
+
+
+def render(
+    *,
+    recipe_dir: str | os.PathLike[str],
+    variant_config: str | os.PathLike[str] | Any,
+    overrides: Mapping[str, Override] | None = None,
+    select: Mapping[str, str] | None = None,
+) -> list:
+    """Rendered variants (rattler_build.RenderedVariant) of the recipe, filtered by `select`.
+
+    `variant_config` is a path or a rattler_build.VariantConfig; `select` keeps the variants whose
+    keys equal the given values (strings, as in the variant config: {"arch_tag": "sm89"}).
+    """
+    from rattler_build import PlatformConfig, RenderConfig, Stage0Recipe
+
+    recipe_path = _recipe_file(recipe_dir)
+    config = (load_variant_config(variant_config, overrides)
+              if isinstance(variant_config, (str, os.PathLike)) else variant_config)
+    try:
+        recipe = Stage0Recipe.from_file(recipe_path)
+        rendered = recipe.render(config, RenderConfig(platform=PlatformConfig(target_platform=TARGET_PLATFORM)))
+    except Exception as exc:  # noqa: BLE001 - any render error is the recipe's or config's, said in one line
+        raise BadInput(f"cannot render recipe: {_render_error(exc)}", source=str(recipe_path),
+                       fix="fix the recipe or add the missing key to the variant config") from None
+    if select:
+        rendered = [v for v in rendered if _matches(v.variant, select)]
+    return rendered
+
+
+def selection_for_env(env: str, config_path: str | os.PathLike[str], *, ignore: Sequence[str] = ()) -> list[dict]:
+    """The variant keys of the builds an environment takes (variants.py maps envs to rows).
+
+    `ignore` drops keys that an override replaces (their matrix values no longer apply).
+    """
+    from mmstack.facts import gpus as facts
+    from mmstack.variants import matrix as variants
+
+    matrix = variants.load_matrix(facts.load(), Path(config_path))
+    rows = [v for v in matrix if env == ALL or env in v.envs]
+    if not rows:
+        known = sorted({e for v in matrix for e in v.envs})
+        raise BadInput(f"no variant serves environment {env!r}", source=str(config_path),
+                       fix=f"use one of {', '.join(known)} or {ALL!r}")
+    return [{k: v for k, v in row.variant_keys().items() if k not in ignore} for row in rows]
+
+
+def run_build(
+    *,
+    recipe_dir: str | os.PathLike[str],
+    variant_config: str | os.PathLike[str],
+    channel_dir: str | os.PathLike[str],
+    env: str | None = None,
+    select: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Override] | None = None,
+    extra_channels: Sequence[str | os.PathLike[str]] = DEFAULT_CHANNELS,
+    test: bool = True,
+    progress: Progress | None = None,
+    work_dir: str | os.PathLike[str] | None = None,
+    keep_build: bool = False,
+    log_file: str | os.PathLike[str] | None = None,
+) -> list[BuiltPackage]:
+    """Build the recipe's variants that serve `env` (None or "all": every variant) into `channel_dir`.
+
+    Dependencies resolve from the channel itself first (so an earlier build, e.g. the mmstack
+    package the tests need, is found), then `extra_channels`. `work_dir` holds the temporary
+    build tree (default: the system temp dir); it is removed afterwards unless `keep_build`.
+    `log_file` receives every line rattler-build logs (build script and test output), appended.
+    Overrides can make several rows of the matrix the same build: each build string is built once.
+    """
+    from rattler_build import ToolConfiguration
+
+    say = progress or (lambda _msg: None)
+    rendered = render(recipe_dir=recipe_dir, variant_config=variant_config, overrides=overrides, select=select)
+    if env and env != ALL:
+        wanted = selection_for_env(env, variant_config, ignore=tuple(overrides or ()))
+        rendered = [v for v in rendered if any(_matches(v.variant, w) for w in wanted)]
+    if not rendered:
+        raise BadInput("no variant of the recipe matches the selection", source=str(variant_config),
+                       fix="check --env / the selection against `mmstack matrix`")
+    seen: set[tuple[str, str, str]] = set()
+    unique = []
+    for v in rendered:
+        ident = (v.recipe.package.name, str(v.recipe.package.version), v.recipe.build.string)
+        if ident not in seen:
+            seen.add(ident)
+            unique.append(v)
+    rendered = unique
+
+    channel_path = Path(channel_dir).expanduser().resolve()
+    channels = [_as_channel(c) for c in extra_channels]
+    if channel_path.is_dir():
+        channels.insert(0, channelmod.ensure_channel(channel_path).as_uri())
+    tool = ToolConfiguration(test_strategy="native" if test else "skip", keep_build=keep_build)
+    log_fh = open(log_file, "a", encoding="utf-8") if log_file else None
+    callback = _Callback(say, log_fh) if (progress or log_fh) else None
+
+    out = Path(tempfile.mkdtemp(prefix="mmstack-build-", dir=work_dir))
+    built: list[tuple[Path, Any, float]] = []  # (package, rattler_build's BuildResult, seconds)
+    try:
+        for i, variant in enumerate(rendered, 1):
+            name = f"{variant.recipe.package.name}-{variant.recipe.package.version}-{variant.recipe.build.string}"
+            say(f"[{i}/{len(rendered)}] building {name}")
+            started = time.monotonic()
+            try:
+                result = variant.run_build(tool_config=tool, output_dir=out, channels=channels,
+                                           progress_callback=callback)
+            except Exception as exc:  # noqa: BLE001 - any engine failure becomes BuildFailed with its log
+                raise _build_failed(name, exc, Path(work_dir or tempfile.gettempdir())) from None
+            seconds = time.monotonic() - started
+            say(f"[{i}/{len(rendered)}] built {name} in {seconds:.0f}s")
+            built.extend((Path(p), result, seconds) for p in result.packages)
+        landed = channelmod.add_packages(channel_path, [p for p, _, _ in built])
+    finally:
+        if log_fh:
+            log_fh.close()
+        if not keep_build:
+            shutil.rmtree(out, ignore_errors=True)
+    return [
+        BuiltPackage(path=dest, name=result.name, version=result.version, build_string=result.build_string,
+                     variant=dict(result.variant), seconds=seconds)
+        for dest, (_, result, seconds) in zip(landed, built, strict=True)
+    ]
+
+
+def run_stack_build(
+    *,
+    root: str | os.PathLike[str] = ".",
+    channel_dir: str | os.PathLike[str],
+    env: str | None = None,
+    recipes: Sequence[str | os.PathLike[str]] = STACK,
+    variant_config: str | os.PathLike[str] | None = None,
+    **kwargs,
+) -> list[BuiltPackage]:
+    """`mmstack build`: each recipe in turn (names under root/recipes, or recipe directories).
+
+    Each recipe lands in the channel before the next one builds against it; a failure stops the
+    sequence and leaves that recipe's packages out (earlier recipes stay). Other keyword
+    arguments go to run_build.
+    """
+    root = Path(root)
+    config = Path(variant_config) if variant_config else root / "conda_build_config.yaml"
+    built: list[BuiltPackage] = []
+    for recipe in recipes:
+        built += run_build(recipe_dir=recipe_path(root, recipe), variant_config=config, channel_dir=channel_dir,
+                           env=env, **kwargs)
+    return built
+
+
+def recipe_path(root: str | os.PathLike[str], recipe: str | os.PathLike[str]) -> Path:
+    """A recipe name (`mmcv`: root/recipes/mmcv) or a recipe directory."""
+    return Path(recipe) if isinstance(recipe, os.PathLike) or os.sep in str(recipe) else Path(root) / "recipes" / recipe
+
+
+def check_recipes(root: str | os.PathLike[str]) -> str:
+    """`mmstack check`: every recipe of the stack renders, and mmcv renders exactly one build per
+    variant of the matrix with that variant's build string (`cuda129_sm89_py311_h…`)."""
+    from mmstack.errors import CheckFailed
+    from mmstack.facts import gpus as facts
+    from mmstack.variants import matrix as variants
+
+    root = Path(root)
+    config = root / variants.CONFIG_FILE
+    matrix = variants.load_matrix(facts.load(), config)
+    notes = []
+    for name in STACK:
+        rendered = render(recipe_dir=root / "recipes" / name, variant_config=config)
+        if name != "mmcv":
+            notes.append(f"{name}: {len(rendered)}")
+            continue
+        strings = [v.recipe.build.string for v in rendered]
+        for v in matrix:
+            want = v.build_string_glob[:-1]  # "cuda129_sm89_py311_"
+            hits = [s for s in strings if s.startswith(want)]
+            if len(hits) != 1:
+                raise CheckFailed(f"{len(hits)} rendered builds match variant {v.key} ({want}*), expected 1",
+                                  source=str(root / "recipes" / "mmcv" / RECIPE_FILE),
+                                  fix="derive the build string from arch_tag and cuda_compiler_version in the recipe's context")
+        if len(strings) != len(matrix):
+            raise CheckFailed(f"renders {len(strings)} builds for {len(matrix)} matrix variants",
+                              source=str(root / "recipes" / "mmcv" / RECIPE_FILE),
+                              fix="use only conda_build_config.yaml's keys as variant keys in the recipe")
+        notes.append(f"mmcv: {len(strings)} (one per variant, build strings match)")
+        notes.append(_check_conda_build_render(root, strings))
+    return "rendered " + ", ".join(n for n in notes if n)
+
+
+# The real conda-build's render of recipes/mmcv/meta.yaml (made by the script beside it; conda-build
+# is no dependency of mmstack). Present in a checkout of the repository, not in an installed package.
+CONDA_BUILD_RENDER = Path("tests") / "data" / "conda_build_render" / "render.json"
+_HASH = re.compile(r"_h[0-9a-f]{7}_")
+
+
+def _check_conda_build_render(root: Path, strings: list[str]) -> str:
+    """meta.yaml (conda-build) against recipe.yaml (rattler-build): same builds, same strings."""
+    import hashlib
+    import json
+
+    from mmstack.errors import CheckFailed
+
+    fixture = root / CONDA_BUILD_RENDER
+    if not fixture.is_file():
+        return ""
+    doc = json.loads(fixture.read_text())
+    for rel, digest in doc["inputs_sha256"].items():
+        if hashlib.sha256((root / rel).read_bytes()).hexdigest() != digest:
+            raise CheckFailed(f"{rel} changed since conda-build's render was recorded", source=str(fixture),
+                              fix=f"regenerate it: {doc['generated_by']} (needs conda-build)")
+    theirs = sorted(_HASH.sub("_h#_", v["build_string"]) for v in doc["variants"])
+    ours = sorted(_HASH.sub("_h#_", s) for s in strings)
+    if theirs != ours:
+        only = sorted(set(theirs) ^ set(ours))[:3]
+        raise CheckFailed(f"conda-build renders meta.yaml into {len(theirs)} builds, rattler-build recipe.yaml into "
+                          f"{len(ours)}; differing build strings: {', '.join(only)}", source=str(fixture),
+                          fix="keep recipes/mmcv/meta.yaml and recipe.yaml in step, then regenerate the render")
+    return f"meta.yaml: {len(theirs)} per conda-build {doc['conda_build']} (same build strings)"
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def _recipe_file(recipe_dir: str | os.PathLike[str]) -> Path:
+    path = Path(recipe_dir)
+    if path.is_dir():
+        path = path / RECIPE_FILE
+    if not path.is_file():
+        raise BadInput(f"{path} not found", source=str(path), fix="pass a recipe directory holding recipe.yaml")
+    return path
+
+
+def _matches(variant: Mapping[str, object], select: Mapping[str, object]) -> bool:
+    """A key the recipe does not use for this variant (arch_tag of the CPU build) cannot differ."""
+    return all(str(variant[k]) == str(v) for k, v in select.items() if k in variant)
+
+
+def _as_channel(c: str | os.PathLike[str]) -> str:
+    text = os.fspath(c)
+    if "://" in text or not (os.sep in text or Path(text).exists()):
+        return text  # a URL or a channel name like conda-forge
+    return channelmod.ensure_channel(text).as_uri()
+
+
+_SHA_MISMATCH = re.compile(r"(sha256|md5) checksum validation failed for (.*)")
+_EXPECTED = re.compile(r"expected:\s*([0-9a-f]+)")
+_ACTUAL = re.compile(r"actual:\s*([0-9a-f]+)")
+_ERROR_LINE = re.compile(r"(?i)\berror\b|fatal|no such file|not found|undefined reference|cannot|failed to")
+
+
+def _build_failed(name: str, exc: Exception, log_dir: Path) -> BuildFailed:
+    """One line saying what failed, from rattler-build's multi-line error and captured log."""
+    text = str(exc)
+    log = [str(line) for line in (getattr(exc, "log", None) or [])]
+    sha = _SHA_MISMATCH.search(text)
+    if sha:
+        expected, actual = _EXPECTED.search(text), _ACTUAL.search(text)
+        got = f": recipe says {expected.group(1)[:12]}..., download is {actual.group(1)[:12]}..." if expected and actual else ""
+        return BuildFailed(f"{name}: source {sha.group(1)} mismatch{got}",
+                           fix="check source.url and source.sha256 in recipe.yaml (a re-released sdist changes its hash)")
+    log_file: Path | None = log_dir / f"mmstack-build-{name}.log"
+    try:
+        log_file.write_text("\n".join([*log, "", text]) + "\n")  # type: ignore[union-attr]
+    except OSError:
+        log_file = None
+    summary = text.strip().splitlines()[0].removeprefix("PyRattlerBuildError: ") if text.strip() else type(exc).__name__
+    # the script's own last error line, before rattler-build's "Script failed with status N"
+    cut = next((i for i, line in enumerate(log) if line.startswith("Script failed with status")), len(log))
+    before = log[:cut]
+    # build.sh's own `die` message ("mmstack build.sh: ERROR: ...") says what to edit: prefer it
+    stated = [line.strip() for line in before if "ERROR:" in line]
+    errors = stated or [line.strip() for line in before if _ERROR_LINE.search(line)]
+    detail = f"{summary}: {errors[-1][:300]}" if errors else summary
+    where = f"the full log is {log_file}" if log_file else "rerun with keep_build=True and read the build log"
+    return BuildFailed(f"{name}: {detail}", fix=f"{where}; the build tree is kept with --keep-build")
+
+
+_TEST_LOG = re.compile(r"(?i)tests? passed|test failed|Running .*test|Testing ")
+
+
+class _Callback:
+    """rattler-build progress events as one-line messages (all of them to `log`, if given)."""
+
+    def __init__(self, say: Progress, log=None):
+        self._say = say
+        self._log = log
+
+    def _write(self, text: str) -> None:
+        if self._log:
+            self._log.write(f"{time.strftime('%H:%M:%S')} {text}\n")
+            self._log.flush()
+
+    def on_build_step(self, event) -> None:
+        self._write(f"== {event.step_name}: {event.message}")
+        self._say(f"{event.step_name}: {event.message}")
+
+    def on_log(self, event) -> None:
+        message = str(event.message).strip()
+        self._write(f"[{event.level}] {message}")
+        if message and (event.level in ("warn", "error") or _TEST_LOG.search(message)):
+            self._say(f"{event.level}: {message}" if event.level != "info" else message)
+
+    def on_download_start(self, event) -> None:
+        self._say(f"downloading {event.url}")
+
+    def on_download_progress(self, event) -> None:
+        pass
+
+    def on_download_complete(self, event) -> None:
+        pass
+
+
+def _render_error(exc: Exception) -> str:
+    """rattler-build wraps Jinja errors in a Debug dump; keep the sentence a person can act on."""
+    text = str(exc)
+    m = re.search(r'message: "(.*?)(?: \(in <string>|", span)', text, re.S)
+    if m:
+        return " ".join(m.group(1).replace("\\n", " ").split())
+    return _first_line(exc)
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

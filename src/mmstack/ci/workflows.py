@@ -1,0 +1,204 @@
+"""CI workflows generated from the variant matrix: `mmstack ci generate [--check]`.
+
+build.yml holds one job per variant of conda_build_config.yaml (the matrix is written out, not
+computed at run time, so a diff of the workflow shows what CI will build) and a job that
+assembles their packages into one indexed channel; locks.yml installs every environment from its
+lockfile on pull requests and re-solves on a schedule. Both embed the config's digest, so a
+matrix change without a regenerated workflow fails `mmstack ci generate --check` and
+`mmstack check`. The text is deterministic: same inputs, same bytes.
+
+The text lives in templates/*.yml, rendered with jinja2 (as conda-smithy renders its CI templates).
+Their delimiters are chosen so that every template is itself valid YAML, which a YAML linter can
+read: `<< name >>` for a value (GitHub's own `${{ }}` expressions stay literal) and `#%` line
+statements (YAML comments) for includes and loops.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from functools import cache
+from pathlib import Path
+
+import jinja2
+
+from mmstack.envs import pixi_manifest
+from mmstack.errors import CheckFailed
+from mmstack.facts.gpus import Facts, load
+from mmstack.variants.matrix import CONFIG_FILE, CPU_TAG, FAT_TAG, Variant, config_digest, load_matrix
+
+BUILD_FILE = Path(".github/workflows/build.yml")
+LOCKS_FILE = Path(".github/workflows/locks.yml")
+FIX = "mmstack ci generate"
+_DIGEST_LINE = re.compile(r"^# config digest: ([0-9a-f]+)", re.MULTILINE)
+TEMPLATES = Path(__file__).with_name("templates")
+
+# Pinned versions, once: setup-pixi as pixi's CI docs pin it
+# (https://pixi.sh/latest/integration/ci/github_actions/; pixi itself is the floor of pixi.toml's
+# `requires-pixi`, read from pixi.toml), rattler-build at the version the `build` extra's
+# py-rattler-build embeds (`rattler_build.get_rattler_build_version_py()`).
+SETUP_PIXI = "prefix-dev/setup-pixi@v0.9.2"
+RATTLER_BUILD_SPEC = "rattler-build==0.73.*"
+RATTLER_INDEX_SPEC = "rattler-index"
+
+
+# --- the matrix --------------------------------------------------------------------------------
+
+def runner_key(v: Variant) -> str:
+    """What vars.GPU_RUNNERS is looked up by: the environment a build serves ('rtx4090'), the
+    build string prefix of a fat build ('cuda129_all': one per CUDA, their driver floors differ),
+    or 'cpu'."""
+    if v.cuda is None:
+        return CPU_TAG
+    if v.arch_tag == FAT_TAG or not v.envs:
+        return v.build_string_prefix
+    return v.envs[0]
+
+
+def job_name(v: Variant) -> str:
+    """`py3.11 cuda12.9 sm89 (rtx4090)`, `py3.11 cpu (cpu)`, `py3.11 cuda12.9 all (plain install)`."""
+    build = "cpu" if v.cuda is None else f"cuda{v.cuda} {v.arch_tag}"
+    return f"py{v.python} {build} ({', '.join(v.envs) or 'plain install'})"
+
+
+def github_matrix(variants: list[Variant], *, config_path: Path) -> dict:
+    """The GitHub Actions matrix: one `include` entry per variant, in the matrix's order.
+
+    Each entry carries the variant keys rattler-build takes as `--variant KEY=VALUE`, the
+    environments the build serves, the job name, the runner key, and a cache key made of the
+    variant key and the config's digest (the workflow appends a hash of recipes/mmcv/).
+    """
+    digest = config_digest(config_path)
+    include = []
+    for v in variants:
+        include.append({
+            "name": job_name(v),
+            "key": v.key,
+            **v.variant_keys(),
+            "build_string_prefix": v.build_string_prefix,
+            "build_string_glob": v.build_string_glob,
+            "envs": list(v.envs),
+            "runner_key": runner_key(v),
+            "cache_key": f"mmcv-{v.key}-{digest}",
+        })
+    return {"include": include}
+
+
+def env_cuda(facts: Facts, variants: list[Variant]) -> list[dict]:
+    """Each environment with the CUDA its build uses ("" for cpu): locks.yml's matrix."""
+    rows = []
+    for env in facts.envs:
+        cudas = sorted({v.cuda or "" for v in variants if env in v.envs})
+        rows.append({"env": env, "cuda": cudas[0] if cudas else ""})
+    return rows
+
+
+# --- rendering ---------------------------------------------------------------------------------
+
+def _yaml_list(entries: list[dict]) -> list[str]:
+    """The lines of a block list of flat mappings; scalars as JSON strings (valid YAML, no quoting
+    surprises). The template indents them."""
+    lines = []
+    for entry in entries:
+        for i, (k, value) in enumerate(entry.items()):
+            lead = "- " if i == 0 else "  "
+            lines.append(f"{lead}{k}: {json.dumps(value)}")
+    return lines
+
+
+@cache
+def _env() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES),
+        variable_start_string="<<", variable_end_string=">>",
+        line_statement_prefix="#%",
+        keep_trailing_newline=True,
+        undefined=jinja2.StrictUndefined,  # a template naming a value render() does not give fails
+        autoescape=False,  # YAML, not HTML
+    )
+
+
+def render(root: Path) -> dict[Path, str]:
+    """The workflow files (repo-relative path -> text) for the repository at ROOT."""
+    facts = load()
+    config = Path(root) / CONFIG_FILE
+    variants = load_matrix(facts, config)
+    pixi = pixi_manifest.pixi_floor(pixi_manifest.load(Path(root) / pixi_manifest.MANIFEST))
+    common = dict(digest=config_digest(config), pixi_version=pixi, setup_pixi=SETUP_PIXI)
+    build = _env().get_template(BUILD_FILE.name).render(
+        **common,
+        count=len(variants),
+        rattler_build_spec=RATTLER_BUILD_SPEC,
+        rattler_index_spec=RATTLER_INDEX_SPEC,
+        include=_yaml_list(github_matrix(variants, config_path=config)["include"]),
+    )
+    locks = _env().get_template(LOCKS_FILE.name).render(**common, include=_yaml_list(env_cuda(facts, variants)))
+    return {BUILD_FILE: build, LOCKS_FILE: locks}
+
+
+# --- generate and check ------------------------------------------------------------------------
+
+def _fix(root: Path) -> str:
+    return FIX if Path(root) == Path(".") else f"{FIX} --root {root}"
+
+
+def drift(root: Path, expected: dict[Path, str] | None = None) -> list[CheckFailed]:
+    """One CheckFailed per workflow file that differs from what `mmstack ci generate` writes."""
+    root = Path(root)
+    expected = render(root) if expected is None else expected
+    digest = config_digest(root / CONFIG_FILE)
+    problems = []
+    for rel, text in expected.items():
+        path = root / rel
+        if not path.is_file():
+            problems.append(CheckFailed(f"missing; it is generated from {CONFIG_FILE}",
+                                        source=str(rel), fix=_fix(root)))
+            continue
+        current = path.read_text()
+        if current == text:
+            continue
+        found = _DIGEST_LINE.search(current)
+        if found is None or found.group(1) != digest:
+            was = found.group(1) if found else "none"
+            msg = (f"out of date: {CONFIG_FILE} changed (config digest {digest}, "
+                   f"the workflow was generated from {was})")
+        else:
+            msg = f"differs from what `{FIX}` writes for config digest {digest} (edited by hand?)"
+        problems.append(CheckFailed(msg, source=str(rel), fix=_fix(root)))
+    return problems
+
+
+def _raise_first(problems: list[CheckFailed]) -> None:
+    if problems:
+        first = problems[0]
+        if len(problems) > 1:
+            first = CheckFailed(first.message + f" (and {len(problems) - 1} more file)",
+                                source=first.source, fix=first.fix)
+        raise first
+
+
+def check_workflows(root: Path) -> str:
+    """For `mmstack check`: raise CheckFailed on drift; else a one-line summary."""
+    expected = render(root)
+    _raise_first(drift(root, expected))
+    jobs = expected[BUILD_FILE].count("\n          - name: ")
+    return (f"{BUILD_FILE.name} ({jobs} build jobs) and {LOCKS_FILE.name} match {CONFIG_FILE} "
+            f"(digest {config_digest(Path(root) / CONFIG_FILE)})")
+
+
+def run_ci_generate(*, root: Path, check: bool) -> int:
+    """Write the workflows (or, with check, exit 1 naming the first stale file and the fix)."""
+    root = Path(root)
+    if check:
+        print(check_workflows(root))
+        return 0
+    expected = render(root)
+    for rel, text in expected.items():
+        path = root / rel
+        if path.is_file() and path.read_text() == text:
+            print(f"{rel}: unchanged")
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        print(f"{rel}: written")
+    return 0

@@ -1,0 +1,371 @@
+"""`mmstack lock` and `mmstack lock check`: solve each environment of pixi.toml with py-rattler,
+write pixi.lock and envs/<env>.conda-lock.yml from the same solve, and gate CI on them.
+
+Data flow (docs/architecture.md): facts + variant matrix -> pixi.toml (checked, not trusted) -> solve ->
+pixi.lock + envs/. The solve assumes the virtual packages a machine of the generation has:
+`__cuda` at the generation's CUDA (the driver floor the environment pins), `__cuda_arch` at its
+compute capability, `__glibc`/`__linux` from the platform entry (pixi's defaults 2.28 / 4.18),
+`__unix`, `__archspec`. Rules live in policy.py, file formats in lockfile.py, the manifest
+reader in pixi_manifest.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from mmstack import report
+from mmstack.envs import lockfile, pixi_manifest, policy
+from mmstack.envs.lockfile import LockedEnv
+from mmstack.envs.pixi_manifest import EnvSpec, Manifest, Platform
+from mmstack.errors import BadInput, CheckFailed, rattler_errors
+from mmstack.facts.gpus import Facts, load as load_facts
+from mmstack.variants import matrix as variants
+
+DEFAULT_ARCHSPEC = "x86_64"
+
+
+@dataclass
+class Inputs:
+    root: Path
+    manifest: Manifest
+    facts: Facts
+    matrix: list[variants.Variant]
+    channels: list[str]  # URLs the solve uses and the check accepts
+
+
+def _inputs(root: Path, facts: Facts | None, config: Path | None, channels: list[str] | None) -> Inputs:
+    root = Path(root)
+    manifest = pixi_manifest.load(root / pixi_manifest.MANIFEST)
+    facts = facts or load_facts()
+    matrix = variants.load_matrix(facts, Path(config) if config else root / variants.CONFIG_FILE)
+    urls = [pixi_manifest.channel_url(c, Path.cwd()) for c in channels] if channels else manifest.channel_urls()
+    return Inputs(root, manifest, facts, matrix, urls)
+
+
+def _selected(manifest: Manifest, envs: list[str] | None) -> list[str]:
+    if not envs:
+        return list(manifest.envs)
+    for e in envs:
+        manifest.env(e)  # BadInput for an unknown name
+    return list(dict.fromkeys(envs))
+
+
+# -- solving -----------------------------------------------------------------------------------
+
+
+def virtual_packages(env: EnvSpec, plat: Platform, facts: Facts) -> dict[str, str]:
+    """Name -> version (for __archspec: the microarchitecture) the solve assumes for this env."""
+    vps = dict(plat.virtual_packages)
+    gen = next((g for g in facts.generation if g.env == env.name), None)
+    if gen is not None and gen.is_gpu:
+        vps["__cuda"] = gen.cuda
+        vps["__cuda_arch"] = gen.compute_capability
+    if plat.subdir.startswith(("linux", "osx")):
+        vps.setdefault("__unix", "0")
+    vps.setdefault("__archspec", DEFAULT_ARCHSPEC)
+    return vps
+
+
+def _generic(vps: dict[str, str]):
+    from rattler import BuildString, GenericVirtualPackage, PackageName, Version
+
+    out = []
+    for name, value in vps.items():
+        if name == "__archspec":  # version 1, the microarchitecture in the build string (rattler's form)
+            out.append(GenericVirtualPackage(PackageName(name), Version("1"), BuildString(value)))
+        else:
+            out.append(GenericVirtualPackage(PackageName(name), Version(value), BuildString("0")))
+    return out
+
+
+def solve_env(env: EnvSpec, facts: Facts, channels: list[str], *, gateway=None) -> tuple[Platform, list]:
+    """Solve one environment; a failure is a CheckFailed naming the env and the solver's reason.
+
+    Pass one rattler Gateway for several environments: it caches repodata between solves.
+    """
+    from rattler import Subdir, solve
+
+    if env.pypi:
+        raise BadInput(f"environment {env.name!r} has pypi-dependencies ({', '.join(env.pypi)}); `mmstack lock` solves conda packages only",
+                       source=pixi_manifest.MANIFEST, fix="take them from conda-forge, or lock this environment with pixi")
+    if len(env.platforms) != 1:
+        raise BadInput(f"environment {env.name!r} resolves to {len(env.platforms)} platforms", source=pixi_manifest.MANIFEST,
+                       fix="bind one of its features to a single platform")
+    plat = env.platforms[0]
+    _check_local_channels(channels, plat.subdir)
+    specs = [s.match_spec for s in env.specs]
+    try:
+        records = asyncio.run(solve(
+            channels, specs, platforms=[Subdir(plat.subdir), Subdir("noarch")], gateway=gateway,
+            virtual_packages=_generic(virtual_packages(env, plat, facts)),
+        ))
+    except rattler_errors() as exc:
+        lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
+        reason = " ".join(lines[:6])[:600] or type(exc).__name__
+        raise CheckFailed(f"{env.name}: cannot solve: {reason}",
+                          fix="check the channels (--channel for a mirror or local channel) and the pins in pixi.toml") from None
+    return plat, records
+
+
+def _check_local_channels(channels: list[str], subdir: str) -> None:
+    """A local channel must be an indexed channel before the solver sees it.
+
+    (Also keeps rattler from failing on it while a remote fetch is still in flight, which can
+    abort the interpreter at exit.)
+    """
+    from urllib.parse import unquote, urlparse
+
+    for c in channels:
+        if not c.startswith("file://"):
+            continue
+        root = Path(unquote(urlparse(c).path))
+        if not (root / "noarch" / "repodata.json").is_file():
+            raise BadInput(f"channel {c} is not an indexed conda channel (no noarch/repodata.json)",
+                           fix="build and index it (`mmstack build --all --channel channel`, `mmstack channel index channel`)"
+                               " or pass --channel")
+
+
+def _locked(env: str, plat: Platform, channels: list[str], records) -> LockedEnv:
+    return LockedEnv(name=env, platform=plat.name, subdir=plat.subdir, virtual_packages=tuple(plat.lock_strings()),
+                     channels=tuple(channels),
+                     packages=tuple(sorted((lockfile.Locked.from_record(r) for r in records), key=lambda x: x.name)))
+
+
+# -- envs/<env>.yml ------------------------------------------------------------------------------
+
+
+def render_env_yml(env: EnvSpec, facts: Facts) -> str:
+    """environment.yml for conda/mamba users (channels and the direct pins of pixi.toml)."""
+    gen = next((g for g in facts.generation if g.env == env.name), None)
+    lines = [
+        f"# {env.name}: generated by `mmstack lock` from pixi.toml; `mmstack lock check` fails when it drifts.",
+        "# Exact builds and hashes: envs/" + env.name + ".conda-lock.yml (`conda-lock install`).",
+    ]
+    if gen is not None and gen.is_gpu:
+        lines.append(f"# Needs an NVIDIA driver for CUDA >= {gen.cuda} (__cuda); GPUs of compute capability"
+                     f" {gen.compute_capability} ({gen.summary}).")
+        lines.append(f"# Solving without a GPU: CONDA_OVERRIDE_CUDA={gen.cuda}.")
+    lines += ["# Run from the repository root so ./channel resolves.", f"name: mmstack-{env.name}", "channels:"]
+    lines += [f"  - {c}" for c in env.channels]
+    lines.append("dependencies:")
+    for s in env.specs:
+        lines.append(f"  - {_conda_spec(s)}")
+    return "\n".join(lines) + "\n"
+
+
+def conda_lock_hash(env: EnvSpec, plat: Platform, facts: Facts) -> str:
+    """The content_hash conda-lock computes for `conda-lock lock -f envs/<env>.yml -p <subdir>
+    --virtual-package-spec envs/<env>.virtual-packages.yml` (lockfile.conda_lock_content_hash)."""
+    return lockfile.conda_lock_content_hash(specs=[_conda_spec(s) for s in env.specs], channels=list(env.channels),
+                                            subdir=plat.subdir, virtual_packages=virtual_packages(env, plat, facts))
+
+
+def _conda_spec(s) -> str:
+    """`mmcv=2.2.0=cuda129_sm89_*`, `python=3.11`, `py-rattler>=0.28` (conda's spellings)."""
+    ver = s.version or "*"
+    chan = f"{s.channel}::" if s.channel else ""
+    if s.build:
+        v = ver[:-2] if ver.endswith(".*") else ver
+        return f"{chan}{s.name}={v}={s.build}"
+    if ver == "*":
+        return f"{chan}{s.name}"
+    if ver.endswith(".*") and not any(ch in ver for ch in "<>=!,|"):
+        return f"{chan}{s.name}={ver[:-2]}"
+    return f"{chan}{s.name}{ver}" if ver[0] in "<>=!" else f"{chan}{s.name} {ver}"
+
+
+def _generation_envs(inputs: Inputs) -> list[str]:
+    return [g.env for g in inputs.facts.generation if g.env in inputs.manifest.envs]
+
+
+# -- mmstack lock ----------------------------------------------------------------------------------
+
+
+def run_lock(*, root: Path = Path("."), envs: list[str] | None = None, channels: list[str] | None = None,
+             facts: Facts | None = None, config: Path | None = None, yml_only: bool = False) -> int:
+    """Solve and write pixi.lock + envs/; nothing is written unless every environment solves."""
+    inputs = _inputs(root, facts, config, channels)
+    drift = policy.manifest_problems(inputs.manifest, inputs.facts, inputs.matrix)
+    if drift:
+        for p in drift:
+            report.error_line(p.line())
+        report.error_line(f"{len(drift)} problem(s) in pixi.toml; nothing locked")
+        return 1
+    root = inputs.root
+    ymls = {lockfile.env_yml_path(root, e): lockfile.text_writer(render_env_yml(inputs.manifest.envs[e], inputs.facts))
+            for e in _generation_envs(inputs)}
+    if yml_only:
+        lockfile.write_atomically(ymls)
+        report.info(f"wrote {len(ymls)} envs/*.yml")
+        return 0
+
+    names = _selected(inputs.manifest, envs)
+    from mmstack.build.channel import require_reachable
+
+    require_reachable(inputs.channels, option="--channel")
+    lock_path = root / lockfile.PIXI_LOCK
+    old = lockfile.read_pixi_lock(lock_path, inputs.manifest.platforms) if lock_path.is_file() else {}
+    solved: dict[str, tuple[Platform, list[str], list]] = {}
+    report.info(f"solving {len(names)} environment(s) against {', '.join(inputs.channels)}")
+    from rattler import Gateway
+
+    gateway = Gateway()
+    for i, name in enumerate(names, 1):
+        env = inputs.manifest.envs[name]
+        t0 = time.perf_counter()
+        report.info(f"[{i}/{len(names)}] {name}: {len(env.specs)} specs on {env.platforms[0].name} …")
+        plat, records = solve_env(env, inputs.facts, inputs.channels, gateway=gateway)
+        solved[name] = (plat, inputs.channels, records)
+        report.info(f"[{i}/{len(names)}] {name}: {len(records)} packages in {time.perf_counter() - t0:.2f}s")
+
+    # Environments not re-solved keep their locked records and the platform they were solved on.
+    all_envs = dict(solved)
+    if old:
+        from rattler import LockFile
+
+        for name, e in LockFile.from_path(lock_path).environments():
+            if name in all_envs or name not in inputs.manifest.envs:
+                continue
+            prev = old[name]
+            kept = next((p for p in inputs.manifest.platforms if p.name == prev.platform), None)
+            if kept is None or kept.identity() != pixi_manifest.platform_identity(prev.subdir, prev.virtual_packages):
+                raise CheckFailed(f"{name}: locked on platform {prev.platform!r}, which pixi.toml no longer declares",
+                                  fix="re-lock every environment: `mmstack lock` without --env")
+            recs = e.conda_repodata_records_for_platform(e.platforms()[0]) or []
+            all_envs[name] = (kept, list(prev.channels), list(recs))
+    seen: dict[str, Platform] = {}
+    for name, (plat, _, _) in all_envs.items():
+        if seen.setdefault(plat.name, plat).declared != plat.declared:
+            raise CheckFailed(f"platform {plat.name!r} changed in pixi.toml; environments locked on the old one would be mixed"
+                              f" with {name!r}", fix="re-lock every environment: `mmstack lock` without --env")
+
+    files = dict(ymls)
+    lf = lockfile.build_pixi_lock(all_envs, inputs.manifest.lock_aliases())
+    files[lock_path] = lambda p: lf.to_path(p)
+    for name, (plat, chans, records) in solved.items():
+        env = inputs.manifest.envs[name]
+        locked = _locked(name, plat, chans, records)
+        digests = policy.input_digests(env, inputs.facts, inputs.matrix)
+        sources = ["../pixi.toml"] + ([f"{name}.yml"] if lockfile.env_yml_path(root, name) in ymls else [])
+        vps = virtual_packages(env, plat, inputs.facts)
+        doc = lockfile.conda_lock_document(env=locked, channels=chans, sources=sources, digests=digests,
+                                           content_hash=conda_lock_hash(env, plat, inputs.facts))
+        files[lockfile.conda_lock_path(root, name)] = lockfile.text_writer(lockfile.dump_yaml(doc))
+        files[lockfile.vp_spec_path(root, name)] = lockfile.text_writer(
+            f"# conda-lock --virtual-package-spec for {name}: what `mmstack lock` solved with.\n"
+            + lockfile.dump_yaml(lockfile.conda_lock_virtual_package_spec(plat.subdir, vps)))
+    lockfile.write_atomically(files)
+
+    for name, (plat, chans, records) in solved.items():
+        _print_changes(name, old.get(name), _locked(name, plat, chans, records))
+    report.info(f"wrote {lock_path.name} ({len(all_envs)} environments) and {len(solved)} envs/*.conda-lock.yml")
+    return 0
+
+
+def _print_changes(name: str, before: LockedEnv | None, after: LockedEnv) -> None:
+    out = report.console()
+    if before is None:
+        out.print(f"{name}: new, {len(after.packages)} packages", highlight=False)
+        return
+    a = {p.name: p for p in before.packages}
+    b = {p.name: p for p in after.packages}
+    added = sorted(set(b) - set(a))
+    removed = sorted(set(a) - set(b))
+    changed = sorted(n for n in set(a) & set(b) if (a[n].version, a[n].build, a[n].sha256) != (b[n].version, b[n].build, b[n].sha256))
+    if not (added or removed or changed):
+        out.print(f"{name}: unchanged ({len(b)} packages)", highlight=False)
+        return
+    out.print(f"{name}: +{len(added)} -{len(removed)} ~{len(changed)}", highlight=False)
+    for n in added:
+        out.print(f"  + {b[n].label}", highlight=False, markup=False)
+    for n in removed:
+        out.print(f"  - {a[n].label}", highlight=False, markup=False)
+    for n in changed:
+        out.print(f"  ~ {n} {a[n].version} {a[n].build} -> {b[n].version} {b[n].build}", highlight=False, markup=False)
+
+
+# -- mmstack lock check -----------------------------------------------------------------------------
+
+
+# One rule for a tree without pixi.lock, shared by `mmstack lock check` and `mmstack check`: a
+# pixi.lock is optional (this repository commits none; envs/README.md says why). Without one there
+# is nothing locked to check: both commands check pixi.toml and envs/*.yml, say NO_LOCK, and pass
+# on those. `--require-lock` (for a tree that commits its lock) makes the absence a failure.
+NO_LOCK = "no pixi.lock: nothing locked to check (`mmstack lock` writes one)"
+
+
+def collect_problems(*, root: Path = Path("."), envs: list[str] | None = None, channels: list[str] | None = None,
+                     facts: Facts | None = None, config: Path | None = None,
+                     require_lock: bool = False) -> tuple[list[policy.Problem], str]:
+    """All problems (manifest drift, env ymls, locks) and a one-line summary of what was checked."""
+    inputs = _inputs(root, facts, config, channels)
+    problems = policy.manifest_problems(inputs.manifest, inputs.facts, inputs.matrix)
+    root = inputs.root
+    names = _selected(inputs.manifest, envs)
+
+    for name in _generation_envs(inputs):
+        if envs and name not in names:
+            continue
+        path = lockfile.env_yml_path(root, name)
+        want = render_env_yml(inputs.manifest.envs[name], inputs.facts)
+        if not path.is_file():
+            problems.append(policy.Problem(name, "-", "env-yml-drift", f"envs/{name}.yml is missing", "mmstack lock --yml-only"))
+        elif path.read_text() != want:
+            problems.append(policy.Problem(name, "-", "env-yml-drift", f"envs/{name}.yml differs from what pixi.toml gives",
+                                           "mmstack lock --yml-only"))
+
+    lock_path = root / lockfile.PIXI_LOCK
+    if not lock_path.is_file():
+        if require_lock:
+            problems.append(policy.Problem("-", "-", "missing-lock", "no pixi.lock (--require-lock)", "mmstack lock"))
+        return problems, f"pixi.toml and envs/*.yml agree with the facts and the matrix ({len(names)} environments); {NO_LOCK}"
+
+    locked = lockfile.read_pixi_lock(lock_path, inputs.manifest.platforms)
+    index = policy.ChannelIndex(inputs.channels)
+    for name in names:
+        env = inputs.manifest.envs[name]
+        if name not in locked:
+            problems.append(policy.Problem(name, "-", "missing-lock", f"{name} is not in pixi.lock", f"mmstack lock --env {name}"))
+            continue
+        cl_path = lockfile.conda_lock_path(root, name)
+        stored = None
+        if cl_path.is_file():
+            cl = lockfile.read_conda_lock(cl_path)
+            stored = cl.digests
+            problems += policy.conda_lock_problems(name, locked[name], cl)
+        else:
+            problems.append(policy.Problem(name, "-", "conda-lock-mismatch", f"envs/{name}.conda-lock.yml is missing",
+                                           f"mmstack lock --env {name}"))
+        problems += policy.lock_problems(env=env, locked=locked[name], facts=inputs.facts, matrix=inputs.matrix,
+                                         channels=inputs.channels, stored_digests=stored, channel_index=index)
+    if not envs:
+        for extra in sorted(set(locked) - set(inputs.manifest.envs)):
+            problems.append(policy.Problem(extra, "-", "stale-lock", f"pixi.lock has {extra!r}, pixi.toml has no such environment", "mmstack lock"))
+    return problems, f"{len(names)} environments locked and consistent with pixi.toml, the facts and the matrix"
+
+
+def run_lock_check(*, root: Path = Path("."), envs: list[str] | None = None, channels: list[str] | None = None,
+                   facts: Facts | None = None, config: Path | None = None, require_lock: bool = False) -> int:
+    problems, summary = collect_problems(root=root, envs=envs, channels=channels, facts=facts, config=config,
+                                         require_lock=require_lock)
+    out = report.console()
+    for p in problems:
+        out.print(p.line(), highlight=False, markup=False, soft_wrap=True)
+    if problems:
+        report.error_line(f"lock check: {len(problems)} problem(s)")
+        return 1
+    out.print(f"lock check: OK: {summary}", highlight=False, markup=False, soft_wrap=True)
+    return 0
+
+
+def check_locks_for_check_command(root: Path) -> str:
+    """`mmstack check`'s stage: pixi.toml and envs/ against facts + matrix, and any pixi.lock present."""
+    problems, summary = collect_problems(root=root)
+    if problems:
+        more = f" (and {len(problems) - 1} more; run `mmstack lock check`)" if len(problems) > 1 else ""
+        first = problems[0]
+        raise CheckFailed(f"{first.env}: {first.package}: {first.message} [{first.rule}]{more}", fix=first.fix)
+    return summary

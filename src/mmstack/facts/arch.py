@@ -1,0 +1,473 @@
+"""Arch strings and the coverage rules.
+
+One notation everywhere: "8.9" (SASS), "12.0+PTX" (SASS plus PTX, torch's TORCH_CUDA_ARCH_LIST
+meaning), "9.0a" / "10.0f" (arch- and family-specific SASS). `parse_arch_list` also reads what
+people paste: `sm_89`, `compute_89` (PTX only), `-gencode=arch=compute_90,code=sm_90`,
+`8.9;9.0`, `"8.6 8.9"`. Conversion to nvcc flags happens in `gencode_flags` alone.
+
+Coverage (NVIDIA's CUDA C++ Programming Guide, "Binary Compatibility" and "PTX Compatibility",
+https://docs.nvidia.com/cuda/cuda-c-programming-guide/index.html#binary-compatibility):
+  * SASS for X.y runs on GPUs of the same major X at minor >= y (sm_80 runs on 8.6; sm_86 does
+    not run on 8.0; sm_90 does not run on 12.0).
+  * "a" (arch-specific) SASS runs only on exactly that compute capability; "f" (family) SASS
+    runs on the same major at minor >= y; neither carries forward to a newer major.
+  * PTX is JIT-compiled by the driver for any GPU of equal or higher compute capability, and
+    only by a driver at least as new as the toolkit that wrote the PTX. "a"/"f" PTX does not
+    carry forward.
+"""
+
+from __future__ import annotations
+
+import difflib
+import itertools
+import re
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from mmstack.errors import BadInput
+from mmstack.facts.gpus import Facts, version_key
+
+
+@dataclass(frozen=True, order=True)
+class Arch:
+    """A compute capability, optionally arch-specific ('a') or family-specific ('f')."""
+
+    major: int
+    minor: int
+    suffix: str = ""  # "", "a" or "f"
+
+    def __str__(self) -> str:
+        return f"{self.major}.{self.minor}{self.suffix}"
+
+    @property
+    def sm(self) -> str:
+        return f"sm_{self.major}{self.minor}{self.suffix}"
+
+    @property
+    def compute(self) -> str:
+        return f"compute_{self.major}{self.minor}{self.suffix}"
+
+    @property
+    def plain(self) -> Arch:
+        return Arch(self.major, self.minor)
+
+
+@dataclass(frozen=True, order=True)
+class Target:
+    """One thing in a fatbin: SASS for an arch, or PTX for a virtual arch."""
+
+    arch: Arch
+    kind: str  # "sass" or "ptx"
+
+
+_DOTTED = re.compile(r"^(\d{1,2})\.(\d)([af]?)(\+ptx)?$", re.I)
+_SM = re.compile(r"^(sm|compute|lto)_(\d{1,2})(\d)([af]?)$", re.I)
+_GENCODE = re.compile(
+    r"-?-gencode[= ]\s*arch=(compute_\d+[af]?),\s*code=(\[[^\]]*\]|[a-z_0-9]+)", re.I
+)
+
+
+def parse_arch(text: str, *, where: str = "arch") -> Arch:
+    """One compute capability: '8.9', '9.0a', 'sm_89', '89' is not accepted (ambiguous)."""
+    targets = parse_arch_list(text, where=where)
+    archs = {t.arch for t in targets}
+    if len(archs) != 1:
+        raise BadInput(f"{where}: {text!r} is not one compute capability", fix="write it like '8.9'")
+    return archs.pop()
+
+
+def parse_arch_list(text: str, *, where: str = "--arch-list") -> tuple[Target, ...]:
+    """Parse any common spelling of an arch list into sorted, unique targets."""
+    if text is None or not str(text).strip():
+        raise BadInput(f"{where}: empty arch list", fix="give archs like '8.6;8.9;9.0+PTX'")
+    text = str(text).strip().strip("'\"")
+    targets: set[Target] = set()
+
+    def bad(token: str) -> BadInput:
+        return BadInput(
+            f"{where}: cannot read arch {token!r} in {text!r}{_did_you_mean_arch(token)}",
+            fix="use '8.9', '9.0a', '12.0+PTX', 'sm_89', 'compute_89' or -gencode=arch=compute_XY,code=sm_XY",
+        )
+
+    # -gencode clauses contain commas, so take them out first.
+    def take_gencode(m: re.Match) -> str:
+        virtual = _sm_token(m.group(1))
+        if virtual is None:
+            raise bad(m.group(0))
+        codes = m.group(2).strip("[]").split(",")
+        for code in codes:
+            code = code.strip()
+            if not code:
+                continue
+            t = _sm_token(code)
+            if t is None:
+                raise bad(code)
+            if t.kind == "ptx" and t.arch != virtual.arch:
+                raise bad(m.group(0))
+            targets.add(t)
+        return " "
+
+    rest = _GENCODE.sub(take_gencode, text)
+    for token in re.split(r"[;,\s]+", rest):
+        token = token.strip()
+        if not token:
+            continue
+        if token.lower() in {"-gencode", "--gencode"}:
+            raise bad(token)
+        m = _DOTTED.match(token)
+        if m:
+            arch = Arch(int(m.group(1)), int(m.group(2)), m.group(3).lower())
+            targets.add(Target(arch, "sass"))
+            if m.group(4):
+                if arch.suffix:
+                    raise BadInput(
+                        f"{where}: {token!r}: '+PTX' on an arch-specific target does not carry forward",
+                        fix=f"use '{arch.plain}+PTX' for forward-compatible PTX",
+                    )
+                targets.add(Target(arch, "ptx"))
+            continue
+        if token.lower().startswith("-arch="):
+            token = token.split("=", 1)[1]
+        t = _sm_token(token)
+        if t is None:
+            raise bad(token)
+        targets.add(t)
+    return tuple(sorted(targets))
+
+
+def _spellings() -> list[str]:
+    """Every spelling of every arch some toolkit of the facts targets."""
+    from mmstack.facts.gpus import load
+
+    archs = {a for tk in load().cuda for a in (*tk.sass, *tk.arch_specific)}
+    return [s for a in archs for s in (a, f"sm_{a.replace('.', '')}", f"compute_{a.replace('.', '')}")]
+
+
+def _did_you_mean_arch(token: str) -> str:
+    """A likely meant spelling: '89' -> '8.9', '120' -> '12.0', 'sm_9x' -> 'sm_90'."""
+    t = token.strip().lower()
+    guess: str | None
+    if re.fullmatch(r"\d{1,3}", t):
+        guess = f"{t}.0" if len(t) == 1 else f"{t[:-1]}.{t[-1]}"
+    else:
+        close = difflib.get_close_matches(t, _spellings(), n=1, cutoff=0.6)
+        guess = close[0] if close else None
+    return f"; did you mean {guess!r}?" if guess else ""
+
+
+def _sm_token(token: str) -> Target | None:
+    m = _SM.match(token.strip())
+    if not m:
+        return None
+    arch = Arch(int(m.group(2)), int(m.group(3)), m.group(4).lower())
+    return Target(arch, "ptx" if m.group(1).lower() == "compute" else "sass")
+
+
+def format_arch_list(targets) -> str:
+    """The canonical string: '8.0;8.6;9.0+PTX'. PTX without SASS reads 'compute_80'."""
+    sass = {t.arch for t in targets if t.kind == "sass"}
+    ptx = {t.arch for t in targets if t.kind == "ptx"}
+    out = []
+    for arch in sorted(sass | ptx):
+        if arch in sass:
+            out.append(f"{arch}+PTX" if arch in ptx else str(arch))
+        else:
+            out.append(arch.compute)
+    return ";".join(out)
+
+
+def gencode_flags(targets) -> list[str]:
+    """The one place arch targets become nvcc flags."""
+    flags = []
+    for t in sorted(targets):
+        code = t.arch.sm if t.kind == "sass" else t.arch.compute
+        flags.append(f"-gencode=arch={t.arch.compute},code={code}")
+    return flags
+
+
+# -- coverage --------------------------------------------------------------------------------
+
+
+class Coverage(str, Enum):
+    NATIVE = "native"  # SASS for exactly this compute capability
+    LOWER_MINOR = "lower-minor"  # SASS of the same major, lower minor: runs, not tuned
+    PTX_JIT = "ptx-jit"  # only PTX: the driver JIT-compiles at first use
+    NONE = "none"  # nothing that runs
+
+    @property
+    def runs(self) -> bool:
+        return self is not Coverage.NONE
+
+
+@dataclass(frozen=True)
+class CoverageResult:
+    coverage: Coverage
+    target: Target | None  # what the GPU will run
+
+
+def coverage(gpu: Arch, targets) -> CoverageResult:
+    """How a GPU of compute capability `gpu` runs a binary holding `targets`."""
+    best: tuple[int, Target] | None = None
+    for t in targets:
+        rank = _rank(gpu, t)
+        if rank and (best is None or rank > best[0] or (rank == best[0] and t.arch > best[1].arch)):
+            best = (rank, t)
+    if best is None:
+        return CoverageResult(Coverage.NONE, None)
+    return CoverageResult({3: Coverage.NATIVE, 2: Coverage.LOWER_MINOR, 1: Coverage.PTX_JIT}[best[0]], best[1])
+
+
+def _rank(gpu: Arch, t: Target) -> int:
+    a = t.arch
+    if t.kind == "sass":
+        if a.suffix == "a":
+            return 3 if (a.major, a.minor) == (gpu.major, gpu.minor) else 0
+        if a.major != gpu.major or a.minor > gpu.minor:
+            return 0
+        return 3 if a.minor == gpu.minor else 2
+    # PTX: forward to any equal-or-newer compute capability; a/f PTX stays put.
+    if a.suffix:
+        return 1 if (a.major, a.minor) == (gpu.major, gpu.minor) else 0
+    return 1 if (a.major, a.minor) <= (gpu.major, gpu.minor) else 0
+
+
+def unbuildable(targets, toolkit_version: str, facts: Facts) -> list[Target]:
+    """Targets the toolkit's nvcc cannot emit."""
+    tk = facts.toolkit(toolkit_version)
+    known = set(tk.sass) | set(tk.arch_specific)
+    return [t for t in targets if str(t.arch) not in known]
+
+
+def newest_buildable(targets, facts: Facts) -> list[str]:
+    """Toolkits (oldest first) that can build every target."""
+    return [
+        tk.version
+        for tk in sorted(facts.cuda, key=lambda t: version_key(t.version))
+        if not unbuildable(targets, tk.version, facts)
+    ]
+
+
+# -- which environment serves a GPU -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Serving:
+    env: str | None  # the mmstack environment that runs this GPU best, None when none does
+    coverage: Coverage  # how that environment's build runs on it (NONE when env is None)
+    reason: str
+
+    def as_dict(self) -> dict:
+        return {"env": self.env, "coverage": self.coverage.value, "reason": self.reason}
+
+
+_ORDER = {Coverage.NONE: 0, Coverage.PTX_JIT: 1, Coverage.LOWER_MINOR: 2, Coverage.NATIVE: 3}
+
+
+def serving_env(facts: Facts, cc: str, *, segment: str = "") -> Serving:
+    """The environment whose build runs a GPU of compute capability `cc`: natively, on lower-minor
+    SASS of the same major, through PTX, or none. Each generation environment carries only its own
+    SASS (conda_build_config.yaml: one arch per generation), so the rules of `coverage` decide."""
+    if segment == "jetson":
+        return Serving(None, Coverage.NONE, "Jetson modules run linux-aarch64 (JetPack); mmstack's environments are"
+                       " linux-64: use NVIDIA's JetPack builds of torch and build mmcv there")
+    gpu = parse_arch(cc, where="compute capability")
+    best: tuple[Coverage, str] | None = None
+    for gen in facts.generation:
+        if not gen.is_gpu:
+            continue
+        result = coverage(gpu, (Target(parse_arch(gen.compute_capability), "sass"),))
+        if result.coverage is not Coverage.NONE and (best is None or _ORDER[result.coverage] > _ORDER[best[0]]):
+            best = (result.coverage, gen.env)
+    if best is None:
+        can = [t.version for t in sorted(facts.toolkits_for(str(gpu)), key=lambda t: t.key)]
+        cuda = f"CUDA {' or '.join(_ranges(can))}" if can else f"CUDA >= {facts.first_cuda(str(gpu)) or '?'}"
+        return Serving(None, Coverage.NONE, f"no mmstack environment carries SASS or PTX that runs on {gpu} ({gpu.sm});"
+                       f" build mmcv with TORCH_CUDA_ARCH_LIST={gpu} ({cuda})")
+    cov, env = best
+    how = {Coverage.NATIVE: f"native {gpu.sm} SASS",
+           Coverage.LOWER_MINOR: f"SASS of {facts.env(env).compute_capability} (same major, lower minor: runs, not tuned)",
+           Coverage.PTX_JIT: "PTX JIT"}[cov]
+    return Serving(env, cov, f"the {env} environment runs it with {how}")
+
+
+# -- the answer `mmstack arch check` gives -----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Assessment:
+    gpu: str
+    compute_capability: str
+    arch_list: str
+    cuda: str | None
+    verdict: str  # "native", "lower-minor", "ptx-jit", "will-not-run", "cannot-build", "no-cuda-code"
+    ok: bool  # runs (possibly with a warning) and can be built
+    warning: bool
+    reason: str
+    fix: str
+    notes: tuple[str, ...] = ()
+    files: tuple[dict, ...] = ()  # per CUDA object of a package: path, sass, ptx, verdict
+
+    def as_dict(self) -> dict:
+        d = dict(self.__dict__)
+        d["notes"], d["files"] = list(self.notes), list(self.files)
+        return d
+
+
+@dataclass(frozen=True)
+class _Subject:
+    name: str
+    cc: Arch
+    gpu: object | None  # facts.Gpu when the name is known
+
+
+def _subject(facts: Facts, gpu_name: str | None, cc: str | None) -> _Subject:
+    """The GPU being asked about: a known name, or a compute capability (named or not)."""
+    if cc is not None:
+        arch = parse_arch(cc, where="--cc")
+        if arch.suffix:
+            raise BadInput(f"--cc {cc!r}: a GPU's compute capability has no 'a'/'f' suffix", fix=f"--cc {arch.plain}")
+        known = facts.lookup_gpu(gpu_name) if gpu_name else None
+        if known is not None and known.compute_capability != str(arch):
+            raise BadInput(f"--gpu {gpu_name!r} is compute capability {known.compute_capability}, not {arch}",
+                           fix="drop --cc, or name the GPU it belongs to")
+        return _Subject(known.name if known else (gpu_name or f"GPU (--cc {arch})"), arch, known)
+    if not gpu_name:
+        raise BadInput("name the GPU: --gpu NAME or --cc X.Y", fix="e.g. --gpu 'RTX 4090' or --cc 8.9")
+    gpu = facts.find_gpu(gpu_name)
+    return _Subject(gpu.name, parse_arch(gpu.compute_capability, where="facts"), gpu)
+
+
+def _install_hint(facts: Facts, who: _Subject) -> str:
+    served = serving_env(facts, str(who.cc), segment=getattr(who.gpu, "segment", ""))
+    first = facts.first_cuda(str(who.cc)) or "?"
+    if served.env and served.coverage is Coverage.NATIVE:
+        return (f"install the {served.env} environment (`pixi run -e {served.env} verify`, or conda"
+                f" \"mmcv=*=cuda*_sm{who.cc.major}{who.cc.minor}*\" from an mmstack channel)")
+    base = f"a build that carries {who.cc} SASS (TORCH_CUDA_ARCH_LIST={who.cc}, CUDA >= {first})"
+    if served.env:
+        how = {Coverage.LOWER_MINOR: "runs, not tuned", Coverage.PTX_JIT: "PTX JIT"}[served.coverage]
+        return f"{base}, or the {served.env} environment ({how})"
+    return base
+
+
+def _dropped_in(facts: Facts, arch: str, tk) -> str | None:
+    """The toolkit (at or before `tk`) that dropped `arch` after an older one targeted it."""
+    ordered = [t for t in sorted(facts.cuda, key=lambda t: t.key) if t.key <= tk.key]
+    for older, newer in itertools.pairwise(ordered):
+        if arch in older.sass and arch not in newer.sass:
+            return newer.version
+    return None
+
+
+def assess(facts: Facts, *, gpu_name: str | None = None, arch_list: str, cuda: str | None = None,
+           cc: str | None = None) -> Assessment:
+    """Will a build of `arch_list` (with CUDA `cuda`) run on the GPU? Why not, and the fix."""
+    who = _subject(facts, gpu_name, cc)
+    targets = parse_arch_list(arch_list)
+    return _verdict(facts, who, targets, cuda=cuda, arch_list=format_arch_list(targets))
+
+
+def _verdict(facts: Facts, who: _Subject, targets, *, cuda: str | None, arch_list: str,
+             notes: tuple[str, ...] = (), files: tuple[dict, ...] = ()) -> Assessment:
+    cc = who.cc
+    need_cuda = facts.first_cuda(str(cc)) or "?"
+    hint = _install_hint(facts, who)
+    common: dict[str, Any] = dict(gpu=who.name, compute_capability=str(cc), arch_list=arch_list, cuda=cuda, files=files)
+    notes = tuple(notes)
+
+    if cuda is not None:
+        tk, note = facts.resolve_toolkit(cuda)
+        notes += (note,) if note else ()
+        known = set(tk.sass) | set(tk.arch_specific)
+        missing = [t for t in targets if str(t.arch) not in known]
+        deprecated = sorted({str(t.arch) for t in targets if str(t.arch) in tk.deprecated}, key=version_key)
+        if deprecated:
+            notes += (f"CUDA {tk.version}'s nvcc warns that {', '.join(deprecated)} are deprecated",)
+        if missing:
+            names = ", ".join(t.arch.sm if t.kind == "sass" else t.arch.compute for t in missing)
+            able = newest_buildable(targets, facts)
+            why = f"CUDA {cuda}'s nvcc cannot target {names}"
+            drops = sorted({d for t in missing if (d := _dropped_in(facts, str(t.arch), tk)) is not None}, key=version_key)
+            if drops:
+                why += " (dropped in CUDA " + ", ".join(drops) + ")"
+            return Assessment(
+                **common, verdict="cannot-build", ok=False, warning=False, reason=why, notes=notes,
+                fix=(f"use CUDA {' or '.join(_ranges(able))}" if able else "drop those archs")
+                + f" (the {who.name} needs CUDA >= {need_cuda})",
+            )
+        if str(cc) not in tk.sass:
+            can = [t.version for t in sorted(facts.toolkits_for(str(cc)), key=lambda t: t.key)]
+            notes += (f"CUDA {tk.version}'s nvcc cannot emit {cc.sm} itself"
+                      + (f" (CUDA {' or '.join(_ranges(can))} can)" if can else ""),)
+
+    result = coverage(cc, targets)
+    sm = cc.sm
+    target = result.target
+    if target is None:  # Coverage.NONE: nothing in the build runs on this GPU
+        return Assessment(
+            **common, verdict="will-not-run", ok=False, warning=False, notes=notes,
+            reason=f"{who.name}: compute capability {cc} ({sm}); the build holds no {sm} SASS (nor {cc.major}.x SASS"
+            f" below it) and no PTX at or below {cc} (\"no kernel image is available for execution on the device\")",
+            fix=f"add {cc} to the arch list (needs CUDA >= {need_cuda}), or {hint}",
+        )
+    if result.coverage is Coverage.NATIVE:
+        return Assessment(**common, verdict="native", ok=True, warning=False, notes=notes,
+                          reason=f"SASS for {target.arch} runs natively on {who.name} ({cc})", fix="")
+    if result.coverage is Coverage.LOWER_MINOR:
+        return Assessment(
+            **common, verdict="lower-minor", ok=True, warning=True, notes=notes,
+            reason=f"runs on {target.arch} SASS (same major, lower minor), not tuned for {cc}",
+            fix=f"add {cc} to the arch list for native code, or {hint}",
+        )
+    ptx_tk = cuda or "the building toolkit"
+    return Assessment(
+        **common, verdict="ptx-jit", ok=True, warning=True, notes=notes,
+        reason=f"runs only through PTX JIT from compute_{target.arch.major}{target.arch.minor}: slow first"
+        f" start, and the driver must be at least as new as {ptx_tk}",
+        fix=f"add {cc} to the arch list (needs CUDA >= {need_cuda}), or {hint}",
+    )
+
+
+def _ranges(versions: list[str]) -> list[str]:
+    """['11.8', '12.0', ..., '12.9'] -> ['11.8..12.9'] (consecutive rows of the facts)."""
+    if not versions:
+        return []
+    return [versions[0] if len(versions) == 1 else f"{versions[0]}..{versions[-1]}"]
+
+
+def assess_package(facts: Facts, listings, *, package: str, gpu_name: str | None = None,
+                   cc: str | None = None) -> Assessment:
+    """Will a package (its CUDA objects, read by mmstack.facts.fatbin) run on the GPU?
+
+    Every object carrying CUDA code must run: the package's verdict is its weakest object's."""
+    who = _subject(facts, gpu_name, cc)
+    cuda_objects = [lst for lst in listings if lst.sass or lst.ptx]
+    if not cuda_objects:
+        where = f"{len(listings)} shared object(s)" if listings else "no shared object"
+        return Assessment(
+            gpu=who.name, compute_capability=str(who.cc), arch_list="", cuda=None, verdict="no-cuda-code",
+            ok=False, warning=False, reason=f"{package}: {where}, none with CUDA code (a CPU build): it never uses the GPU",
+            fix=f"install a CUDA build: {_install_hint(facts, who)}",
+        )
+    files, assessed = [], []
+    for lst in cuda_objects:
+        targets = tuple([Target(parse_arch(a), "sass") for a in lst.sass] + [Target(parse_arch(a), "ptx") for a in lst.ptx])
+        res = coverage(who.cc, targets)
+        files.append({"path": lst.path, "sass": list(lst.sass), "ptx": list(lst.ptx), "verdict": res.coverage.value})
+        assessed.append((res.coverage, targets, lst))
+    cov, targets, weakest = min(assessed, key=lambda w: _ORDER[w[0]])  # the first of the weakest
+    a = _verdict(facts, who, targets, cuda=None, arch_list=format_arch_list(targets), files=tuple(files))
+    others = len(cuda_objects) - 1
+    label = weakest.path.split("!")[-1]
+    prefix = f"{label} (the weakest of {len(cuda_objects)} CUDA objects): " if others else f"{label}: "
+    can = [t.version for t in sorted(facts.toolkits_for(str(who.cc)), key=lambda t: t.key)]
+    built_by = f"built by CUDA {' or '.join(_ranges(can))}" if can else "built by a toolkit that targets it"
+    mmcv = f"; for mmcv: {_install_hint(facts, who)}"
+    fix = {
+        Coverage.NONE: f"install a build of this package that carries {who.cc} SASS ({built_by}){mmcv}",
+        Coverage.PTX_JIT: f"runs; for native code install a build with {who.cc} SASS ({built_by}){mmcv}",
+        Coverage.LOWER_MINOR: f"runs; for code tuned to {who.cc} install a build with {who.cc} SASS ({built_by})",
+        Coverage.NATIVE: "",
+    }[cov]
+    return Assessment(**{**a.__dict__, "reason": prefix + a.reason, "fix": fix})

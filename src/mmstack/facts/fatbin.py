@@ -1,0 +1,271 @@
+"""Which SASS and PTX archs an ELF shared object (or a .whl/.conda/.tar.bz2 holding some) carries.
+
+Reads the fatbin containers in the `.nv_fatbin` section without cuobjdump. Stdlib only (ELF headers through facts/elf.py):
+this runs inside GPU environments and build sandboxes. Only headers are read (payloads are skipped
+by seeking), so a multi-GB libtorch_cuda.so costs a few reads per entry.
+
+Layout, decoded from objects built by nvcc 13.0 and cross-checked with
+github.com/n-eiling/cuda-fatbin-decompression (fatbin-decompress.h) and github.com/jiegec/fatbinary:
+
+  container header, 16 bytes: u32 magic 0xBA55ED50, u16 version (1), u16 header size (16),
+      u64 size of the entries that follow. A section holds several containers back to back
+      (one per translation unit, plus nvcc's device-link stub), 8-byte aligned.
+  entry header, >= 64 bytes: u16 kind (1 PTX, 2 ELF/SASS, 8 LTO-IR), u16 ?, u32 header size
+      (64/80/96/112/120: sm_100+ cubins and PTX carry options after the first 64 bytes),
+      u64 stored payload size, u32 compressed size, u32 options offset, u16 minor, u16 major
+      (code version: ELF 1.8, PTX ISA 9.0), u32 arch (80, 90, 100, 120), u32 name offset,
+      u32 name length, u64 flags, u64 ?, u64 uncompressed size; payload follows the header.
+  flags: 0x1 64-bit, 0x10 Linux host, 0x2000 compressed (LZ4-like, `-compress-mode=speed`),
+      0x8000 compressed (zstd; nvcc 13 compresses PTX by default, SASS only with
+      `-Xfatbin -compress-all`), 0x100000 arch-specific `sm_XXa`, 0x200000 family `sm_XXf`.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import struct
+import subprocess
+import tarfile
+import tempfile
+import zipfile
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, BinaryIO
+
+from mmstack.errors import BadInput
+from mmstack.facts.elf import SHT_NOBITS, Elf, ElfError
+
+_MAGIC = 0xBA55ED50
+_CONTAINER = struct.Struct("<IHHQ")
+_ENTRY = struct.Struct("<HHIQIIHHIIIQQQ")  # the first 64 bytes of every entry header
+_KINDS = {1: "ptx", 2: "sass", 8: "ltoir"}
+_COMPRESSED = 0x2000 | 0x8000
+_VARIANTS = ((0x100000, "a"), (0x200000, "f"))
+# `.nv_fatbin` is what the CUDA runtime loads. `__nv_relfatbin` holds the relocatable (-rdc) inputs
+# of the device link; it can carry PTX that never reaches `.nv_fatbin` (seen with nvcc 13 -rdc),
+# so its entries are listed but do not count towards `sass`/`ptx`.
+LOADED_SECTION = ".nv_fatbin"
+_SECTIONS = (LOADED_SECTION, "__nv_relfatbin")
+_SHARED_OBJECT = re.compile(r"\.so(\.\d+)*$")
+
+
+@dataclass(frozen=True)
+class FatbinEntry:
+    kind: str  # "sass" | "ptx" | "ltoir"
+    arch: str  # "9.0", "12.0", "9.0a", "10.0f"
+    compressed: bool
+    size: int  # bytes stored in the file (the compressed size when compressed)
+    section: str = LOADED_SECTION
+
+
+def _arch_key(arch: str) -> tuple[int, int, str]:
+    major, rest = arch.split(".")
+    return int(major), int(rest[:1] or 0), rest[1:]
+
+
+def _sorted(archs: Iterable[str]) -> tuple[str, ...]:
+    return tuple(sorted(set(archs), key=_arch_key))
+
+
+@dataclass(frozen=True)
+class ObjectListing:
+    path: str  # the file, or "archive.whl!mmcv/_ext.so"
+    entries: tuple[FatbinEntry, ...]
+
+    def _archs(self, kind: str) -> tuple[str, ...]:
+        return _sorted(e.arch for e in self.entries if e.kind == kind and e.section == LOADED_SECTION)
+
+    @property
+    def sass(self) -> tuple[str, ...]:
+        return self._archs("sass")
+
+    @property
+    def ptx(self) -> tuple[str, ...]:
+        return self._archs("ptx")
+
+    @property
+    def compressed(self) -> bool:
+        return any(e.compressed for e in self.entries)
+
+
+def _arch_name(sm: int, flags: int) -> str:
+    suffix = "".join(letter for bit, letter in _VARIANTS if flags & bit)
+    return f"{sm // 10}.{sm % 10}{suffix}"
+
+
+def _read(stream: BinaryIO, offset: int, size: int, where: str) -> bytes:
+    stream.seek(offset)
+    data = stream.read(size)
+    if len(data) != size:
+        raise BadInput(f"fatbin truncated at byte {offset}", source=where)
+    return data
+
+
+def _parse_section(stream: BinaryIO, start: int, size: int, name: str, where: str) -> list[FatbinEntry]:
+    entries, pos, end = [], start, start + size
+    while pos + _CONTAINER.size <= end:
+        magic, _version, header_size, fat_size = _CONTAINER.unpack(_read(stream, pos, _CONTAINER.size, where))
+        if magic != _MAGIC:
+            if magic == 0:  # alignment padding between containers
+                pos += 8
+                continue
+            raise BadInput(f"{name} has no fatbin magic at byte {pos - start} (found {magic:#x})", source=where)
+        entry, container_end = pos + header_size, pos + header_size + fat_size
+        if header_size < _CONTAINER.size or container_end > end:
+            raise BadInput(f"{name} container at byte {pos - start} overruns the section", source=where)
+        while entry + _ENTRY.size <= container_end:
+            (kind, _, entry_header, stored, compressed_size, _, _, _, sm, _, _, flags, _, _) = _ENTRY.unpack(
+                _read(stream, entry, _ENTRY.size, where)
+            )
+            if entry_header < _ENTRY.size:
+                raise BadInput(f"{name} entry at byte {entry - start} has header size {entry_header}", source=where)
+            compressed = bool(flags & _COMPRESSED)
+            entries.append(
+                FatbinEntry(
+                    kind=_KINDS.get(kind, f"kind{kind}"),
+                    arch=_arch_name(sm, flags),
+                    compressed=compressed,
+                    size=compressed_size if compressed and compressed_size else stored,
+                    section=name,
+                )
+            )
+            entry += entry_header + stored
+        pos = (container_end + 7) & ~7
+    return entries
+
+
+def _list_elf(stream: BinaryIO, where: str) -> ObjectListing:
+    try:
+        sections = [(s.name, s.offset, s.size) for s in Elf(stream).sections()
+                    if s.name in _SECTIONS and s.type != SHT_NOBITS]
+    except (ElfError, struct.error, ValueError) as exc:
+        raise BadInput(f"malformed ELF file: {exc}", source=where) from exc
+    entries = [e for name, offset, size in sections for e in _parse_section(stream, offset, size, name, where)]
+    return ObjectListing(path=where, entries=tuple(entries))
+
+
+def _list_member(fileobj: IO[bytes], where: str) -> ObjectListing | None:
+    """Copy an archive member to a seekable temporary file and list it; None if it is not ELF."""
+    with tempfile.TemporaryFile() as tmp:
+        shutil.copyfileobj(fileobj, tmp, 1 << 20)
+        tmp.seek(0)
+        if tmp.read(4) != b"\x7fELF":
+            return None
+        return _list_elf(tmp, where)
+
+
+def _list_tar(tar: tarfile.TarFile, prefix: str) -> list[ObjectListing]:
+    found = []
+    for member in tar:  # streams: works on "r|" modes, so a .tar.zst pipe is never held in memory
+        if member.isfile() and _SHARED_OBJECT.search(member.name):
+            fileobj = tar.extractfile(member)  # None only for members that are not regular files
+            listing = _list_member(fileobj, f"{prefix}!{member.name}") if fileobj is not None else None
+            if listing is not None:
+                found.append(listing)
+    return found
+
+
+def _list_tar_zst(fileobj: IO[bytes], prefix: str) -> list[ObjectListing]:
+    try:
+        import zstandard  # optional: not a base dependency of mmstack
+    except ImportError:
+        pass  # fall back on the zstd command below
+    else:
+        with zstandard.ZstdDecompressor().stream_reader(fileobj) as raw, tarfile.open(fileobj=raw, mode="r|") as tar:
+            return _list_tar(tar, prefix)
+    if shutil.which("zstd") is None:
+        raise BadInput("a .conda package needs zstd to read", fix="pip install zstandard", source=prefix)
+    with tempfile.TemporaryFile() as packed:
+        shutil.copyfileobj(fileobj, packed, 1 << 20)
+        packed.seek(0)
+        # Leaving the Popen block closes its stdout and waits for zstd, however the listing ends.
+        with subprocess.Popen(["zstd", "-dcq"], stdin=packed, stdout=subprocess.PIPE) as proc, \
+                tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
+            return _list_tar(tar, prefix)
+
+
+def _list_zip(path: Path, where: str) -> list[ObjectListing]:
+    found = []
+    with zipfile.ZipFile(path) as zf:
+        for info in zf.infolist():
+            if info.is_dir():
+                continue
+            if re.fullmatch(r"pkg-.*\.tar\.zst", info.filename):  # a .conda package
+                with zf.open(info) as inner:
+                    found += _list_tar_zst(inner, where)
+            elif _SHARED_OBJECT.search(info.filename):
+                with zf.open(info) as member:
+                    listing = _list_member(member, f"{where}!{info.filename}")
+                if listing is not None:
+                    found.append(listing)
+    return found
+
+
+def list_fatbins(path: str | Path) -> list[ObjectListing]:
+    """One listing per ELF object: the file itself, or each shared object inside a package.
+
+    An object without a fatbin (a CPU build) gives a listing with no entries.
+    """
+    path, where = Path(path), str(path)
+    try:
+        with open(path, "rb") as stream:
+            head = stream.read(4)
+            if head == b"\x7fELF":
+                return [_list_elf(stream, where)]
+        if zipfile.is_zipfile(path):
+            return _list_zip(path, where)
+        if tarfile.is_tarfile(path):
+            with tarfile.open(path, mode="r|*") as tar:
+                return _list_tar(tar, where)
+    except FileNotFoundError:
+        raise BadInput("no such file", fix="pass the path of an .so, .whl or .conda", source=where) from None
+    except IsADirectoryError:
+        raise BadInput("is a directory", fix="pass the path of an .so, .whl or .conda", source=where) from None
+    except (OSError, zipfile.BadZipFile, tarfile.TarError, EOFError) as exc:
+        raise BadInput(f"cannot read: {exc}", source=where) from exc
+    raise BadInput(
+        f"not an ELF object nor a .whl/.conda/.tar.bz2 package (starts with {head!r})",
+        fix="pass a shared object (.so) or a package holding one",
+        source=where,
+    )
+
+
+def summarize(listings: list[ObjectListing]) -> dict:
+    """JSON-able: per file its SASS/PTX archs and entries, and the union over all files."""
+    return {
+        "files": [
+            {
+                "path": listing.path,
+                "sass": list(listing.sass),
+                "ptx": list(listing.ptx),
+                "compressed": listing.compressed,
+                "entries": [
+                    {"kind": e.kind, "arch": e.arch, "compressed": e.compressed, "size": e.size, "section": e.section}
+                    for e in listing.entries
+                ],
+            }
+            for listing in listings
+        ],
+        "sass": list(_sorted(a for listing in listings for a in listing.sass)),
+        "ptx": list(_sorted(a for listing in listings for a in listing.ptx)),
+    }
+
+
+def compare_to_arch_list(listings: list[ObjectListing], arch_list: str) -> list[str]:
+    """What differs between the archs the objects carry and an arch list ("8.9", "9.0;12.0+PTX"):
+    one line per missing or unexpected SASS/PTX arch; empty when they match exactly."""
+    from mmstack.facts.arch import parse_arch_list
+
+    want = parse_arch_list(arch_list, where="--expect")
+    summary = summarize(listings)
+    problems = []
+    for kind in ("sass", "ptx"):
+        expected = {str(t.arch) for t in want if t.kind == kind}
+        got = set(summary[kind])
+        for a in _sorted(expected - got):
+            problems.append(f"{kind.upper()} {a} missing")
+        for a in _sorted(got - expected):
+            problems.append(f"{kind.upper()} {a} not in the list")
+    return problems

@@ -1,0 +1,423 @@
+"""Typed access to the facts in data/gpus.toml.
+
+Models are frozen and strict (`extra="forbid"`): a facts file with an unknown field, a missing
+source or a malformed arch fails to load with the file and the field named.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import re
+import sys
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from mmstack.errors import BadInput
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - 3.10: the `tomli` dependency
+    import tomli as tomllib
+
+FACTS_FILE = "gpus.toml"
+_ARCH_RE = re.compile(r"^\d{1,2}\.\d[af]?$")
+_VERSION_RE = re.compile(r"^\d+\.\d+$")
+_DRIVER_RE = re.compile(r"^\d{3}\.\d{2,3}(\.\d{2})?$")
+
+Url = Annotated[str, Field(pattern=r"^https://\S+$")]
+
+
+def _arch(value: str, *, allow_suffix: bool = False) -> str:
+    if not _ARCH_RE.match(value) or (not allow_suffix and value[-1] in "af"):
+        raise ValueError(f"{value!r} is not an arch in mmstack notation (e.g. '8.9', '9.0a')")
+    return value
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class Generation(_Strict):
+    env: str = Field(pattern=r"^[a-z0-9]+$")
+    compute_capability: str  # "" for cpu
+    first_cuda: str
+    cuda: str
+    summary: str
+    source: Url
+
+    @field_validator("compute_capability")
+    @classmethod
+    def _cc(cls, v: str) -> str:
+        return v and _arch(v)
+
+    @property
+    def is_gpu(self) -> bool:
+        return bool(self.compute_capability)
+
+
+SEGMENTS = ("datacenter", "workstation", "geforce", "laptop", "jetson")
+
+
+class Architecture(_Strict):
+    compute_capability: str
+    name: str
+    first_cuda: str = Field(pattern=_VERSION_RE.pattern)
+    source: Url
+
+    @field_validator("compute_capability")
+    @classmethod
+    def _cc(cls, v: str) -> str:
+        return _arch(v)
+
+
+class Gpu(_Strict):
+    name: str
+    aliases: tuple[str, ...] = ()
+    compute_capability: str
+    segment: str
+    same_chip_as: str = ""
+    source: Url
+    # derived by the loader (never written in the TOML): from [[architecture]] and [[generation]]
+    architecture: str = ""
+    generation: str = ""  # the env whose SASS is exactly this GPU's compute capability, "" if none
+
+    @field_validator("segment")
+    @classmethod
+    def _segment(cls, v: str) -> str:
+        if v not in SEGMENTS:
+            raise ValueError(f"{v!r} is not one of {', '.join(SEGMENTS)}")
+        return v
+
+    @field_validator("compute_capability")
+    @classmethod
+    def _cc(cls, v: str) -> str:
+        return _arch(v)
+
+
+class CudaMajor(_Strict):
+    major: int
+    minor_compat_driver: str = Field(pattern=_DRIVER_RE.pattern)
+    source: Url
+
+
+class CudaToolkit(_Strict):
+    version: str = Field(pattern=_VERSION_RE.pattern)
+    sass: tuple[str, ...]
+    arch_specific: tuple[str, ...]
+    deprecated: tuple[str, ...] = ()
+    min_driver: str = Field(pattern=_DRIVER_RE.pattern)
+    max_gcc: int
+    sources: tuple[Url, ...] = Field(min_length=1)
+
+    @field_validator("sass", "deprecated")
+    @classmethod
+    def _sass(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(_arch(a) for a in v)
+
+    @field_validator("arch_specific")
+    @classmethod
+    def _specific(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        for a in v:
+            if _arch(a, allow_suffix=True)[-1] not in "af":
+                raise ValueError(f"{a!r} in arch_specific lacks its 'a'/'f' suffix")
+        return v
+
+    @property
+    def major(self) -> int:
+        return int(self.version.split(".")[0])
+
+    @property
+    def key(self) -> tuple[int, ...]:
+        return version_key(self.version)
+
+
+@dataclass(frozen=True)
+class ToolkitChanges:
+    """What a toolkit's nvcc added and dropped against the previous row, and what it deprecates."""
+
+    version: str
+    previous: str | None
+    added: tuple[str, ...]
+    dropped: tuple[str, ...]
+    deprecated: tuple[str, ...]
+
+
+class Facts(_Strict):
+    generation: tuple[Generation, ...]
+    architecture: tuple[Architecture, ...]
+    gpu: tuple[Gpu, ...]
+    cuda_major: tuple[CudaMajor, ...]
+    cuda: tuple[CudaToolkit, ...]
+
+    # -- lookups ---------------------------------------------------------------------------
+    @property
+    def envs(self) -> tuple[str, ...]:
+        return tuple(g.env for g in self.generation)
+
+    def env(self, name: str) -> Generation:
+        for g in self.generation:
+            if g.env == name:
+                return g
+        raise BadInput(
+            f"unknown environment {name!r}{_did_you_mean(name, self.envs)}",
+            fix=f"use one of: {', '.join(self.envs)}",
+        )
+
+    def _names(self) -> dict[str, Gpu]:
+        """Normalized name or alias -> GPU (built once per Facts object)."""
+        index = _INDEX.get(id(self))
+        if index is None or index[0] is not self:
+            table: dict[str, Gpu] = {}
+            for gpu in self.gpu:
+                for n in (gpu.name, *gpu.aliases):
+                    table.setdefault(_norm(n), gpu)
+            index = _INDEX[id(self)] = (self, table)
+        return index[1]
+
+    def lookup_gpu(self, name: str) -> Gpu | None:
+        """A GPU by name or alias as people type it or NVML prints it; None when unknown.
+
+        Case, spaces, dashes, 'NVIDIA'/'GeForce'/'Tesla' prefixes are ignored; failing an exact
+        match, memory sizes, form factors and 'Laptop GPU' are dropped ('NVIDIA A100-SXM4-80GB',
+        'NVIDIA GeForce RTX 3060 Laptop GPU', 'NVIDIA H100 80GB HBM3')."""
+        names = self._names()
+        key = _norm(name)
+        if key in names:
+            return names[key]
+        return names.get(_norm(_strip_variant(name)))
+
+    def find_gpu(self, name: str) -> Gpu:
+        """Like lookup_gpu, but an unknown name is bad input with a did-you-mean."""
+        gpu = self.lookup_gpu(name)
+        if gpu is not None:
+            return gpu
+        names = [n for gpu in self.gpu for n in (gpu.name, *gpu.aliases)]
+        raise BadInput(
+            f"unknown GPU {name!r}{_did_you_mean(name, names)}",
+            fix="run `mmstack gpus` for the known names, or pass --cc X.Y (nvidia-smi --query-gpu=compute_cap --format=csv)",
+        )
+
+    def arch_row(self, cc: str) -> Architecture | None:
+        for a in self.architecture:
+            if a.compute_capability == cc:
+                return a
+        return None
+
+    def first_cuda(self, cc: str) -> str | None:
+        """The first CUDA toolkit whose nvcc targets `cc`: the [[cuda]] rows, else [[architecture]]."""
+        row = self.arch_row(cc)
+        if row is not None:
+            return row.first_cuda  # the loader checked it against the [[cuda]] rows where they reach
+        first = self.first_toolkit_for(cc)
+        return first.version if first else None
+
+    def toolkit(self, version: str) -> CudaToolkit:
+        for tk in self.cuda:
+            if tk.version == version:
+                return tk
+        raise BadInput(
+            f"unknown CUDA version {version!r}{_did_you_mean(version, [t.version for t in self.cuda])}",
+            fix=f"use one of: {', '.join(t.version for t in self.cuda)}",
+        )
+
+    def resolve_toolkit(self, version: str) -> tuple[CudaToolkit, str]:
+        """A toolkit by version, with a note when it is answered by another row.
+
+        A release newer than the facts' newest row of its major (13.5 when the facts end at 13.2)
+        is answered by that row: within a major, nvcc has never dropped an arch. Anything else the
+        facts lack (12.7 was never released, 10.1 predates the facts) is bad input."""
+        if not _VERSION_RE.match(version or ""):
+            raise BadInput(f"--cuda {version!r} is not a CUDA version", fix="write it like 12.8")
+        for tk in self.cuda:
+            if tk.version == version:
+                return tk, ""
+        key = version_key(version)
+        same_major = sorted((t for t in self.cuda if t.major == key[0]), key=lambda t: t.key)
+        if same_major and key > same_major[-1].key:
+            newest = same_major[-1]
+            return newest, (f"CUDA {version} is newer than the facts' newest {key[0]}.x row; answered with CUDA"
+                            f" {newest.version}'s arch list (a minor release has never dropped an arch)")
+        self.toolkit(version)  # raises BadInput with a did-you-mean
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def changes(self, version: str) -> ToolkitChanges:
+        ordered = sorted(self.cuda, key=lambda t: t.key)
+        tk = self.toolkit(version)
+        i = ordered.index(tk)
+        prev = ordered[i - 1] if i else None
+        before = set(prev.sass) if prev else set()
+        key = lambda a: version_key(a)  # noqa: E731
+        return ToolkitChanges(
+            version=tk.version,
+            previous=prev.version if prev else None,
+            added=tuple(sorted(set(tk.sass) - before, key=key)) if prev else (),
+            dropped=tuple(sorted(before - set(tk.sass), key=key)),
+            deprecated=tk.deprecated,
+        )
+
+    def toolkits_for(self, arch: str) -> tuple[CudaToolkit, ...]:
+        """Toolkits whose nvcc can emit SASS (or the arch-specific variant) for `arch`."""
+        return tuple(tk for tk in self.cuda if arch in tk.sass or arch in tk.arch_specific)
+
+    def first_toolkit_for(self, arch: str) -> CudaToolkit | None:
+        tks = sorted(self.toolkits_for(arch), key=lambda t: t.key)
+        return tks[0] if tks else None
+
+    def minor_compat_driver(self, major: int) -> str | None:
+        for m in self.cuda_major:
+            if m.major == major:
+                return m.minor_compat_driver
+        return None
+
+    def gpus_of(self, env: str) -> tuple[Gpu, ...]:
+        return tuple(g for g in self.gpu if g.generation == env)
+
+
+_INDEX: dict[int, tuple[Facts, dict[str, Gpu]]] = {}
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in version.split("."))
+
+
+def _norm(name: str) -> str:
+    n = name.lower().replace("-", " ").replace("_", " ").strip()
+    for prefix in ("nvidia ", "geforce ", "tesla "):
+        if n.startswith(prefix):
+            n = n[len(prefix):]
+    return "".join(n.split())
+
+
+# What NVML/nvidia-smi append to a product name: memory, form factor, laptop and OEM markers.
+_VARIANT = re.compile(
+    r"\b(\d+\s?gb|hbm\d?e?|pcie|sxm\d?|oem|laptop\s+gpu|laptop|mobile|with\s+max\s?q\s+design|max\s?q|nvl\d*)\b",
+    re.I,
+)
+
+
+def _strip_variant(name: str) -> str:
+    return _VARIANT.sub(" ", name.replace("-", " ").replace("_", " "))
+
+
+def _did_you_mean(name: str, choices) -> str:
+    close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.5)
+    if not close:
+        by_norm = {_norm(c): c for c in choices}
+        hit = difflib.get_close_matches(_norm(name), list(by_norm), n=1, cutoff=0.5)
+        close = [by_norm[hit[0]]] if hit else []
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def load_file(path: Path) -> Facts:
+    """Load and validate a facts file; any problem is a BadInput naming the file and field."""
+    try:
+        raw = tomllib.loads(Path(path).read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise BadInput(f"cannot read facts: {exc}", source=str(path), fix="fix the TOML syntax") from None
+    return _validate(raw, str(path))
+
+
+def _derive(raw: dict, where: str) -> dict:
+    """Fill each GPU row's derived fields; refuse them written by hand."""
+    archs = {a.get("compute_capability"): a.get("name") for a in raw.get("architecture", []) if isinstance(a, dict)}
+    envs = {g.get("compute_capability"): g.get("env") for g in raw.get("generation", [])
+            if isinstance(g, dict) and g.get("compute_capability")}
+    rows = []
+    for i, gpu in enumerate(raw.get("gpu", [])):
+        if not isinstance(gpu, dict):
+            rows.append(gpu)
+            continue
+        for derived in ("architecture", "generation"):
+            if derived in gpu:
+                raise BadInput(f"field gpu.{i}.{derived}: derived from [[architecture]]/[[generation]], not written",
+                               source=where, fix=f"delete {derived} from the row")
+        cc = gpu.get("compute_capability")
+        rows.append({**gpu, "architecture": archs.get(cc, ""), "generation": envs.get(cc, "")})
+    return {**raw, "gpu": rows}
+
+
+def _validate(raw: dict, where: str) -> Facts:
+    raw = _derive(raw, where)
+    try:
+        facts = Facts.model_validate(_tuples(raw))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(p) for p in first["loc"])
+        raise BadInput(
+            f"field {field}: {first['msg']}",
+            source=where,
+            fix="every row needs the schema's fields (and a source URL), nothing else",
+        ) from None
+    _cross_check(facts, where)
+    return facts
+
+
+def _cross_check(facts: Facts, where: str) -> None:
+    envs = set(facts.envs)
+    for gpu in facts.gpu:
+        if gpu.generation and gpu.generation not in envs:
+            raise BadInput(f"gpu {gpu.name!r}: generation {gpu.generation!r} is not a [[generation]] env", source=where)
+    archs = {a.compute_capability: a for a in facts.architecture}
+    seen: dict[str, str] = {}
+    by_name = {g.name: g for g in facts.gpu}
+    for i, gpu in enumerate(facts.gpu):
+        if gpu.compute_capability not in archs:
+            raise BadInput(f"field gpu.{i}.compute_capability: {gpu.compute_capability} has no [[architecture]] row",
+                           source=where, fix="add the architecture row (name, first_cuda, source)")
+        for n in (gpu.name, *gpu.aliases):
+            other = seen.setdefault(_norm(n), gpu.name)
+            if other != gpu.name:
+                raise BadInput(f"field gpu.{i}.aliases: {n!r} also names {other!r}", source=where,
+                               fix="every name and alias must pick one GPU")
+        if gpu.same_chip_as:
+            twin = by_name.get(gpu.same_chip_as)
+            if twin is None or twin.compute_capability != gpu.compute_capability:
+                raise BadInput(f"field gpu.{i}.same_chip_as: {gpu.same_chip_as!r} is not a GPU of compute capability"
+                               f" {gpu.compute_capability}", source=where)
+    versions = {t.version for t in facts.cuda}
+    oldest = min(facts.cuda, key=lambda t: t.key).key if facts.cuda else (0,)
+    for a in facts.architecture:
+        first = facts.first_toolkit_for(a.compute_capability)
+        known_since_oldest = version_key(a.first_cuda) >= oldest
+        if known_since_oldest and (first is None or first.version != a.first_cuda):
+            raise BadInput(f"architecture {a.compute_capability}: first_cuda {a.first_cuda} but the first [[cuda]] row"
+                           f" targeting it is {first.version if first else 'none'}", source=where)
+    for gen in facts.generation:
+        if not gen.is_gpu:
+            continue
+        if gen.cuda not in versions:
+            raise BadInput(f"generation {gen.env!r}: cuda {gen.cuda!r} is not a [[cuda]] row", source=where)
+        row = archs.get(gen.compute_capability)
+        if row is None or row.first_cuda != gen.first_cuda:
+            raise BadInput(f"generation {gen.env!r}: first_cuda {gen.first_cuda} disagrees with [[architecture]]"
+                           f" {gen.compute_capability}", source=where)
+        if gen.compute_capability not in facts.toolkit(gen.cuda).sass:
+            raise BadInput(
+                f"generation {gen.env!r}: CUDA {gen.cuda} cannot emit SASS for {gen.compute_capability}",
+                source=where,
+                fix="pin a toolkit that lists the arch in its `sass`",
+            )
+
+
+def _tuples(obj):
+    if isinstance(obj, list):
+        return tuple(_tuples(v) for v in obj)
+    if isinstance(obj, dict):
+        return {k: _tuples(v) for k, v in obj.items()}
+    return obj
+
+
+@functools.lru_cache(maxsize=1)
+def load() -> Facts:
+    """The packaged facts (cached)."""
+    text = (resources.files("mmstack") / "data" / FACTS_FILE).read_text()  # Traversable.joinpath takes one part on 3.10
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:  # pragma: no cover - packaging error
+        raise BadInput(f"cannot read facts: {exc}", source=f"mmstack/data/{FACTS_FILE}") from None
+    return _validate(raw, f"src/mmstack/data/{FACTS_FILE}")

@@ -1,0 +1,118 @@
+"""channel.py: a local channel is indexed atomically, guarded by its lock, and installable (offline)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import pytest
+
+rattler_build = pytest.importorskip("rattler_build", reason="py-rattler-build is the optional 'build' extra")
+pytest.importorskip("rattler", reason="py-rattler is the optional 'build' extra")
+
+from mmstack.build import channel  # noqa: E402
+from mmstack.errors import BadInput, BuildFailed  # noqa: E402
+
+
+def _package(tmp_path: Path, name: str, *, subdir: str = "noarch", depends=()) -> Path:
+    files = tmp_path / f"files-{name}"
+    (files / "share" / name).mkdir(parents=True)
+    (files / "share" / name / "hello.txt").write_text(f"{name}\n")
+    out = tmp_path / "built" / subdir
+    out.mkdir(parents=True, exist_ok=True)
+    return rattler_build.assemble_package(
+        name=name, version="1.0", target_platform=subdir, build_string="h0_0", output_dir=out,
+        files_dir=files, depends=list(depends), noarch="generic" if subdir == "noarch" else None,
+    ).path
+
+
+def _names(ch: Path, subdir: str = "noarch") -> set[str]:
+    data = json.loads((ch / subdir / "repodata.json").read_text())
+    return {r["name"] for r in {**data.get("packages", {}), **data.get("packages.conda", {})}.values()}
+
+
+def test_a_plain_directory_is_not_a_channel(tmp_path):
+    with pytest.raises(BadInput, match="not a conda channel: no noarch/") as err:
+        channel.ensure_channel(tmp_path / ".." / tmp_path.name)  # exists, but no noarch/
+    assert err.value.exit_code == 2 and err.value.fix
+    with pytest.raises(BadInput, match="not a directory"):
+        channel.ensure_channel(tmp_path / "missing")
+
+
+def test_create_makes_an_empty_indexed_channel(tmp_path):
+    ch = channel.ensure_channel(tmp_path / "new", create=True)
+    assert (ch / "noarch" / "repodata.json").is_file()
+    assert (ch / "linux-64" / "repodata.json").is_file()
+    assert channel.ensure_channel(ch) == ch
+
+
+def test_add_packages_moves_and_indexes_without_leftovers(tmp_path):
+    ch = tmp_path / "channel"
+    noarch = _package(tmp_path, "alpha")
+    linux = _package(tmp_path, "beta", subdir="linux-64")
+    landed = channel.add_packages(ch, [noarch, linux])
+    assert [p.parent.name for p in landed] == ["noarch", "linux-64"]
+    assert not noarch.exists() and not linux.exists()
+    assert _names(ch) == {"alpha"} and _names(ch, "linux-64") == {"beta"}
+    assert all(p.stat().st_mode & 0o444 == 0o444 for p in landed), "readable by everyone who reads the channel"
+    leftovers = [p.name for p in ch.rglob("*") if p.name.startswith(".") and p.name != channel.LOCK_FILE]
+    assert leftovers == []
+
+
+def test_index_channel_picks_up_copied_packages(tmp_path):
+    ch = channel.ensure_channel(tmp_path / "channel", create=True)
+    pkg = _package(tmp_path, "gamma")
+    pkg.rename(ch / "noarch" / pkg.name)
+    assert _names(ch) == set()
+    channel.index_channel(ch)
+    assert _names(ch) == {"gamma"}
+
+
+def test_concurrent_builds_into_one_channel_both_land(tmp_path):
+    ch = channel.ensure_channel(tmp_path / "channel", create=True)
+    pkgs = [_package(tmp_path, f"pkg{i}") for i in range(6)]
+    errors: list[BaseException] = []
+
+    def add(p):
+        try:
+            channel.add_packages(ch, [p])
+        except BaseException as exc:  # noqa: BLE001 - a worker thread's failure, whatever it is, must reach the assert below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=add, args=(p,)) for p in pkgs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert _names(ch) == {f"pkg{i}" for i in range(6)}
+
+
+def test_install_solves_and_links_from_a_local_channel(tmp_path):
+    ch = tmp_path / "channel"
+    channel.add_packages(ch, [_package(tmp_path, "leaf"), _package(tmp_path, "app", depends=["leaf"])])
+    prefix = tmp_path / "env"
+    installed = channel.install(["app"], [ch], prefix, virtual_packages=[])
+    assert sorted(installed) == ["app=1.0=h0_0", "leaf=1.0=h0_0"]
+    assert (prefix / "share" / "leaf" / "hello.txt").read_text() == "leaf\n"
+
+
+def test_install_of_a_missing_package_is_one_line(tmp_path):
+    ch = channel.ensure_channel(tmp_path / "channel", create=True)
+    with pytest.raises(BuildFailed, match="cannot install nothing-here") as err:
+        channel.install(["nothing-here"], [ch], tmp_path / "env", virtual_packages=[])
+    assert "\n" not in err.value.one_line()
+
+
+def test_a_rebuilt_package_with_the_same_name_gets_a_fresh_record(tmp_path):
+    import hashlib
+
+    ch = tmp_path / "channel"
+    first = _package(tmp_path / "one", "delta")
+    channel.add_packages(ch, [first])
+    second = _package(tmp_path / "two", "delta", depends=["leaf"])  # same file name, other content
+    (landed,) = channel.add_packages(ch, [second])
+    record = json.loads((ch / "noarch" / "repodata.json").read_text())["packages.conda"][landed.name]
+    assert record["sha256"] == hashlib.sha256(landed.read_bytes()).hexdigest()
+    assert record["depends"] == ["leaf"]

@@ -1,0 +1,251 @@
+"""arch notation, gencode conversion and the coverage rules, table-driven."""
+
+import re
+
+import pytest
+
+from mmstack.errors import BadInput
+from mmstack.facts import arch
+from mmstack.facts.gpus import load
+
+
+@pytest.mark.parametrize(
+    "text, canonical",
+    [
+        ("8.9", "8.9"),
+        ("sm_89", "8.9"),
+        ("compute_89", "compute_89"),
+        ("-gencode=arch=compute_90,code=sm_90", "9.0"),
+        ("-gencode arch=compute_80,code=[sm_80,compute_80]", "8.0+PTX"),
+        ("8.9;9.0", "8.9;9.0"),
+        ("8.6 8.9", "8.6;8.9"),
+        ('"8.6 8.9"', "8.6;8.9"),
+        ("12.0+PTX", "12.0+PTX"),
+        ("9.0a", "9.0a"),
+        ("sm_100f", "10.0f"),
+        ("9.0, 8.0 ;8.6", "8.0;8.6;9.0"),
+        ("-arch=sm_90", "9.0"),
+    ],
+)
+def test_parse_spellings(text, canonical):
+    assert arch.format_arch_list(arch.parse_arch_list(text)) == canonical
+
+
+@pytest.mark.parametrize("text", ["", "sm_9x", "9", "8.9+ptx+ptx", "-gencode", "9.0a+PTX", "cuda_90"])
+def test_malformed_arch_is_bad_input(text):
+    with pytest.raises(BadInput):
+        arch.parse_arch_list(text)
+
+
+def test_gencode_is_the_one_conversion():
+    targets = arch.parse_arch_list("8.0;9.0a;12.0+PTX")
+    assert arch.gencode_flags(targets) == [
+        "-gencode=arch=compute_80,code=sm_80",
+        "-gencode=arch=compute_90a,code=sm_90a",
+        "-gencode=arch=compute_120,code=compute_120",
+        "-gencode=arch=compute_120,code=sm_120",
+    ]
+
+
+@pytest.mark.parametrize(
+    "gpu, targets, expected",
+    [
+        ("8.6", "8.0", arch.Coverage.LOWER_MINOR),  # sm_80 runs on 8.6
+        ("8.0", "8.6", arch.Coverage.NONE),  # sm_86 does not run on 8.0
+        ("12.0", "9.0", arch.Coverage.NONE),  # sm_90 does not run on 12.0
+        ("12.0", "9.0+PTX", arch.Coverage.PTX_JIT),  # PTX JITs forward across majors
+        ("9.0", "9.0a", arch.Coverage.NATIVE),
+        ("10.0", "9.0a", arch.Coverage.NONE),  # 'a' does not carry forward
+        ("10.3", "10.0f", arch.Coverage.LOWER_MINOR),  # family SASS within the major
+        ("12.0", "compute_90a", arch.Coverage.NONE),  # 'a' PTX does not carry forward
+        ("8.9", "8.0;8.6;8.9", arch.Coverage.NATIVE),
+        ("7.5", "8.0+PTX", arch.Coverage.NONE),  # PTX never runs backward
+    ],
+)
+def test_coverage_rules(gpu, targets, expected):
+    assert arch.coverage(arch.parse_arch(gpu), arch.parse_arch_list(targets)).coverage is expected
+
+
+# The advice in circulation, and what is true (issue 2's table).
+@pytest.mark.parametrize(
+    "gpu, arch_list, cuda, verdict, ok, warning",
+    [
+        ("RTX 5090", "-gencode=arch=compute_90,code=sm_90", None, "will-not-run", False, False),
+        ("RTX 5090", "9.0", None, "will-not-run", False, False),
+        ("RTX 5090", "12.0", "12.4", "cannot-build", False, False),
+        ("RTX 5090", "12.0", "12.8", "native", True, False),
+        ("A100", "8.6", None, "will-not-run", False, False),
+        ("B200", "9.0", None, "will-not-run", False, False),
+        ("RTX 4090", "8.6", None, "lower-minor", True, True),
+        ("H100", "8.0+PTX", None, "ptx-jit", True, True),
+        ("H100", "9.0", None, "native", True, False),
+        ("H200", "sm_90", "12.9", "native", True, False),
+        ("Tesla T4", "7.5", "13.0", "native", True, False),
+        ("GeForce RTX 2080", "6.1", "13.0", "cannot-build", False, False),  # CUDA 13 dropped Pascal
+    ],
+)
+def test_assess(gpu, arch_list, cuda, verdict, ok, warning):
+    a = arch.assess(load(), gpu_name=gpu, arch_list=arch_list, cuda=cuda)
+    assert (a.verdict, a.ok, a.warning) == (verdict, ok, warning)
+    if not ok:
+        assert a.fix
+
+
+def test_will_not_run_names_the_fix():
+    a = arch.assess(load(), gpu_name="RTX 5090", arch_list="9.0")
+    assert "sm_120" in a.reason and "12.8" in a.fix and "rtx5090" in a.fix
+
+
+# -- (GPU, arch list, CUDA) -> verdict, from the sources, not from the code ---------------------------
+# Each expected verdict is read off: the GPU's compute capability on NVIDIA's CUDA GPU lists
+# (tests/data/facts/cuda-gpus.txt), the toolkit's nvcc arch list in its release notes / nvcc guide
+# (added 8.0 in 11.0, 8.6 in 11.1, 8.9/9.0 in 11.8, 9.0a in 12.0, 10.0/12.0 in 12.8, 10.3/12.1 in
+# 12.9, 11.0 in 13.0; 13.0 dropped sm_5x..sm_72), and the CUDA C++ Programming Guide's binary and
+# PTX compatibility rules (SASS X.y runs on X.z for z >= y; 'a' only on X.y; 'f' on the family;
+# PTX JIT-compiles for any equal or newer capability).
+SOURCE_CASES = [
+    # Maxwell / Pascal / Volta (legacy list) -- gone from CUDA 13.0
+    ("GeForce GTX 750 Ti", "5.0", "10.2", "native"),
+    ("GeForce GTX 750 Ti", "5.0", "12.9", "native"),
+    ("GeForce GTX 750 Ti", "5.0", "13.0", "cannot-build"),
+    ("GeForce GTX 980", "5.0", None, "lower-minor"),
+    ("GeForce GTX 980", "5.2", "11.8", "native"),
+    ("Jetson Nano", "5.3", "10.2", "native"),
+    ("Tesla P100", "6.0", "11.0", "native"),
+    ("GeForce GTX 1080 Ti", "6.0", None, "lower-minor"),
+    ("GeForce GTX 1080 Ti", "7.0", None, "will-not-run"),
+    ("GeForce GTX 1080 Ti", "5.2+PTX", None, "ptx-jit"),
+    ("GeForce GTX 1060", "6.1", "13.0", "cannot-build"),
+    ("Tesla P40", "6.1", "12.9", "native"),
+    ("Jetson TX2", "6.2", "10.2", "native"),
+    ("NVIDIA V100", "7.0", "10.2", "native"),
+    ("NVIDIA V100", "7.0", "13.0", "cannot-build"),
+    ("NVIDIA V100", "6.0+PTX", "12.4", "ptx-jit"),
+    ("NVIDIA V100", "7.5", None, "will-not-run"),
+    ("Jetson AGX Xavier", "7.2", "11.4", "native"),
+    ("Jetson AGX Xavier", "7.0", None, "lower-minor"),
+    # Turing
+    ("Tesla T4", "7.5", "10.2", "native"),
+    ("Tesla T4", "7.5", "13.0", "native"),
+    ("GeForce RTX 2080 Ti", "7.0", None, "lower-minor"),
+    ("GeForce GTX 1660 Ti", "8.0", None, "will-not-run"),
+    ("Quadro RTX 8000", "7.0+PTX", "11.8", "lower-minor"),
+    ("NVIDIA TITAN RTX", "compute_70", None, "ptx-jit"),
+    ("GeForce GTX 1650", "7.5", "13.2", "native"),
+    # Ampere
+    ("NVIDIA A100", "8.0", "11.0", "native"),
+    ("NVIDIA A100", "8.0", "10.2", "cannot-build"),
+    ("NVIDIA A100", "8.6", None, "will-not-run"),
+    ("NVIDIA A100", "7.5+PTX", "11.0", "ptx-jit"),
+    ("NVIDIA A30", "9.0", None, "will-not-run"),
+    ("GeForce RTX 3090", "8.6", "11.0", "cannot-build"),
+    ("GeForce RTX 3090", "8.6", "11.1", "native"),
+    ("GeForce RTX 3060", "8.0", None, "lower-minor"),
+    ("NVIDIA A10", "8.0;8.6", "12.1", "native"),
+    ("NVIDIA RTX A6000", "7.5", None, "will-not-run"),
+    ("Jetson AGX Orin", "8.7", "11.4", "cannot-build"),
+    ("Jetson AGX Orin", "8.7", "11.8", "native"),
+    ("Jetson Orin Nano", "8.6", None, "lower-minor"),
+    ("NVIDIA A800", "8.0", "12.1", "native"),
+    ("NVIDIA A10G", "8.6", "12.9", "native"),
+    # Ada
+    ("GeForce RTX 4090", "8.9", "11.7", "cannot-build"),
+    ("GeForce RTX 4090", "8.9", "11.8", "native"),
+    ("GeForce RTX 4090", "8.6", None, "lower-minor"),
+    ("NVIDIA L4", "8.0;8.6", None, "lower-minor"),
+    ("NVIDIA L40S", "9.0", None, "will-not-run"),
+    ("NVIDIA L20", "8.0+PTX", None, "lower-minor"),
+    ("GeForce RTX 4090 D", "8.9", "12.4", "native"),
+    ("NVIDIA RTX 6000 Ada", "compute_89", "12.1", "ptx-jit"),
+    # Hopper
+    ("NVIDIA H100", "9.0", "11.8", "native"),
+    ("NVIDIA H100", "9.0", "11.7", "cannot-build"),
+    ("NVIDIA H100", "9.0a", "12.0", "native"),
+    ("NVIDIA H100", "9.0a", "11.8", "cannot-build"),
+    ("NVIDIA H100", "8.9", None, "will-not-run"),
+    ("NVIDIA H100", "8.0+PTX", "12.4", "ptx-jit"),
+    ("NVIDIA H800", "9.0", "12.9", "native"),
+    ("NVIDIA H20", "8.6;8.9", None, "will-not-run"),
+    ("NVIDIA GH200", "9.0", "13.0", "native"),
+    # Blackwell
+    ("NVIDIA B200", "10.0", "12.6", "cannot-build"),
+    ("NVIDIA B200", "10.0", "12.8", "native"),
+    ("NVIDIA B200", "9.0", None, "will-not-run"),
+    ("NVIDIA B200", "compute_90a", None, "will-not-run"),
+    ("NVIDIA B300", "10.0", "12.8", "lower-minor"),
+    ("NVIDIA B300", "10.3", "12.8", "cannot-build"),
+    ("NVIDIA B300", "10.3", "12.9", "native"),
+    ("NVIDIA B300", "10.0f", "12.9", "lower-minor"),
+    ("NVIDIA B300", "10.0a", "12.9", "will-not-run"),
+    ("Jetson T5000", "11.0", "13.0", "native"),
+    ("Jetson T5000", "11.0", "12.9", "cannot-build"),
+    ("GeForce RTX 5090", "12.0", "12.8", "native"),
+    ("GeForce RTX 5090", "12.0", "12.6", "cannot-build"),
+    ("GeForce RTX 5090", "9.0+PTX", "12.4", "ptx-jit"),
+    ("GeForce RTX 5090", "10.0", None, "will-not-run"),
+    ("GeForce RTX 5060", "12.0a", "12.8", "native"),
+    ("NVIDIA GB10", "12.0", "12.9", "lower-minor"),
+    ("NVIDIA GB10", "12.1", "12.8", "cannot-build"),
+    ("NVIDIA GB10", "12.1", "12.9", "native"),
+    ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "12.0", "13.0", "native"),
+    ("GeForce RTX 5090 D", "8.9", None, "will-not-run"),
+    # releases newer than the facts' rows: a minor release never dropped an arch
+    ("GeForce RTX 5090", "12.0", "13.5", "native"),
+    ("GeForce GTX 1080", "6.1", "13.4", "cannot-build"),
+]
+
+
+def test_enough_source_cases():
+    assert len(SOURCE_CASES) >= 60
+
+
+@pytest.mark.parametrize("gpu, arch_list, cuda, verdict", SOURCE_CASES)
+def test_verdict_from_sources(gpu, arch_list, cuda, verdict):
+    a = arch.assess(load(), gpu_name=gpu, arch_list=arch_list, cuda=cuda)
+    assert a.verdict == verdict, a.reason
+    assert a.ok == (verdict in {"native", "lower-minor", "ptx-jit"})
+    assert a.reason and (a.ok or a.fix)
+
+
+@pytest.mark.parametrize("cc, arch_list, verdict", [
+    ("8.6", "8.0", "lower-minor"), ("sm_86", "8.6", "native"), ("12.1", "12.0", "lower-minor"),
+    ("9.0", "8.9", "will-not-run"), ("10.3", "9.0+PTX", "ptx-jit"),
+])
+def test_cc_for_an_unknown_name(cc, arch_list, verdict):
+    a = arch.assess(load(), gpu_name="Some OEM Card 9000", cc=cc, arch_list=arch_list)
+    assert a.verdict == verdict and "Some OEM Card 9000" == a.gpu
+
+
+def test_cc_contradicting_a_known_name_is_bad_input():
+    with pytest.raises(BadInput, match=r"8\.6"):
+        arch.assess(load(), gpu_name="RTX 3090", cc="9.0", arch_list="9.0")
+
+
+def test_every_real_gpu_and_toolkit_gets_a_verdict():
+    """Exit 0/1, never 2: every GPU of the facts against every toolkit, with its own arch and 8.0+PTX."""
+    f = load()
+    for gpu in f.gpu:
+        for tk in f.cuda:
+            for archs in (gpu.compute_capability, "8.0+PTX"):
+                a = arch.assess(f, gpu_name=gpu.name, arch_list=archs, cuda=tk.version)
+                assert a.verdict in {"native", "lower-minor", "ptx-jit", "will-not-run", "cannot-build"}
+
+
+@pytest.mark.parametrize("cc, env, runs", [
+    ("8.6", "rtx3090", arch.Coverage.NATIVE), ("8.7", "rtx3090", arch.Coverage.LOWER_MINOR),
+    ("10.3", "b200", arch.Coverage.LOWER_MINOR), ("12.1", "rtx5090", arch.Coverage.LOWER_MINOR),
+    ("7.5", None, arch.Coverage.NONE), ("6.1", None, arch.Coverage.NONE), ("11.0", None, arch.Coverage.NONE),
+])
+def test_serving_env(cc, env, runs):
+    s = arch.serving_env(load(), cc)
+    assert (s.env, s.coverage) == (env, runs) and s.reason
+
+
+def test_jetson_is_served_by_no_linux64_env():
+    assert arch.serving_env(load(), "8.7", segment="jetson").env is None
+
+
+@pytest.mark.parametrize("text, guess", [("sm_9x", "sm_90"), ("89", "8.9"), ("120", "12.0"), ("sm_1200", "sm_120")])
+def test_malformed_arch_says_did_you_mean(text, guess):
+    with pytest.raises(BadInput, match=f"did you mean '{re.escape(guess)}'"):
+        arch.parse_arch_list(text)
