@@ -170,3 +170,21 @@ def test_an_override_of_a_zipped_key_is_repeated_down_its_group(tmp_path):
     assert merged["cc"] == ["12", "12"] and merged["python"] == ["3.11"]
     with pytest.raises(BadInput, match="zip group"):
         build.load_variant_config(config, {"cc": ["12", "13", "14"]})
+
+
+def test_a_rebuilt_package_is_not_shadowed_by_rattlers_cached_extraction(tmp_path, monkeypatch):
+    """rattler's package cache is keyed by file name: the old extraction of a package rebuilt with the
+    same build string must go before the build, or its tests run the old code."""
+    from mmstack.build.recipes import evict_cached_package, package_cache_dir
+
+    monkeypatch.setenv("RATTLER_CACHE_DIR", str(tmp_path))
+    assert package_cache_dir() == tmp_path / "pkgs"
+    stale = tmp_path / "pkgs" / "mmstack-0.1.0-pyh4616a5c_0"
+    (stale / "site-packages" / "mmstack").mkdir(parents=True)
+    (tmp_path / "pkgs" / "mmstack-0.1.0-pyh4616a5c_0.lock").touch()
+    other = tmp_path / "pkgs" / "mmcv-2.2.0-cpu_py311_h0_0"
+    other.mkdir()
+    evict_cached_package("mmstack-0.1.0-pyh4616a5c_0")
+    assert not stale.exists() and not (tmp_path / "pkgs" / "mmstack-0.1.0-pyh4616a5c_0.lock").exists()
+    assert other.is_dir()  # only the package being rebuilt
+    evict_cached_package("mmstack-0.1.0-pyh4616a5c_0")  # nothing cached: no error

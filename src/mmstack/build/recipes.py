@@ -183,6 +183,7 @@ def run_build(
         for i, variant in enumerate(rendered, 1):
             name = f"{variant.recipe.package.name}-{variant.recipe.package.version}-{variant.recipe.build.string}"
             say(f"[{i}/{len(rendered)}] building {name}")
+            evict_cached_package(name)
             started = time.monotonic()
             try:
                 result = variant.run_build(tool_config=tool, output_dir=out, channels=channels,
@@ -227,6 +228,26 @@ def run_stack_build(
         built += run_build(recipe_dir=recipe_path(root, recipe), variant_config=config, channel_dir=channel_dir,
                            env=env, **kwargs)
     return built
+
+
+def package_cache_dir() -> Path:
+    """rattler's package cache (where rattler-build extracts the packages its environments use)."""
+    root = os.environ.get("RATTLER_CACHE_DIR")
+    if root:
+        return Path(root) / "pkgs"
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rattler" / "cache" / "pkgs"
+
+
+def evict_cached_package(dist_name: str) -> None:
+    """Drop a cached extraction of `name-version-build` before that package is built again.
+
+    rattler's cache is keyed by that file name: a rebuilt package with the same build string (a
+    noarch mmstack after a code change) would otherwise be tested from the old extraction (seen:
+    the recipe test imported modules the new package no longer has).
+    """
+    cached = package_cache_dir() / dist_name
+    shutil.rmtree(cached, ignore_errors=True)
+    cached.with_name(dist_name + ".lock").unlink(missing_ok=True)
 
 
 def recipe_path(root: str | os.PathLike[str], recipe: str | os.PathLike[str]) -> Path:
