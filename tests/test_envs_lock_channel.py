@@ -9,12 +9,11 @@ cannot run on its GPU.
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
+from support import fake_channel
 
 from mmstack.envs import lockfile, policy
 from mmstack.envs.lock import collect_problems, run_lock, run_lock_check, solve_env
@@ -29,14 +28,6 @@ pytest.importorskip("rattler_build", reason="py-rattler-build (the [build] extra
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _fake_channel():
-    spec = importlib.util.spec_from_file_location("fake_channel", Path(__file__).parent / "support" / "fake_channel.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("fake_channel", mod)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 @pytest.fixture(scope="session")
 def matrix():
     return variants.load_matrix(load_facts(), REPO / variants.CONFIG_FILE)
@@ -44,7 +35,7 @@ def matrix():
 
 @pytest.fixture(scope="session")
 def channel(tmp_path_factory, matrix):
-    fc = _fake_channel()
+    fc = fake_channel
     return fc.url(fc.build_channel(tmp_path_factory.mktemp("fake-channel"), fc.standard_packages(matrix)))
 
 

@@ -9,14 +9,13 @@ real conda-forge metadata (sha256, depends, `__cuda` requirements). Nothing is i
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import shutil
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from support import fake_channel
 
 from mmstack.cli import main
 from mmstack.envs import lockfile
@@ -27,14 +26,6 @@ FIXTURE = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "conda-f
 pytestmark = pytest.mark.skipif(not FIXTURE.is_dir(), reason=f"fixture channel absent: {FIXTURE}")
 pytest.importorskip("rattler", reason="py-rattler (the [build] extra) is not installed")
 pytest.importorskip("rattler_build", reason="py-rattler-build (the [build] extra) is not installed")
-
-
-def _fake_channel():
-    spec = importlib.util.spec_from_file_location("fake_channel", Path(__file__).parent / "support" / "fake_channel.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("fake_channel", mod)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 MATRIX = """\
@@ -107,7 +98,7 @@ def facts_128():
 @pytest.fixture(scope="session")
 def locked_tree(tmp_path_factory, facts_128):
     """A repository root with pixi.toml, the matrix, a mmcv channel, and a lock made by `run_lock`."""
-    fc = _fake_channel()
+    fc = fake_channel
     base = tmp_path_factory.mktemp("fixture-lock")
     mmcv = base / "mmcv-channel"
     fc.build_channel(mmcv, [
