@@ -15,7 +15,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from mmstack.errors import BadInput
 
@@ -36,6 +36,10 @@ def _arch(value: str, *, allow_suffix: bool = False) -> str:
     if not _ARCH_RE.match(value) or (not allow_suffix and value[-1] in "af"):
         raise ValueError(f"{value!r} is not an arch in mmstack notation (e.g. '8.9', '9.0a')")
     return value
+
+
+# A compute capability in mmstack notation ("8.9"), checked where it is read.
+Cc = Annotated[str, AfterValidator(lambda v: _arch(v))]
 
 
 class _Strict(BaseModel):
@@ -64,21 +68,16 @@ SEGMENTS = ("datacenter", "workstation", "geforce", "laptop", "jetson")
 
 
 class Architecture(_Strict):
-    compute_capability: str
+    compute_capability: Cc
     name: str
     first_cuda: str = Field(pattern=_VERSION_RE.pattern)
     source: Url
-
-    @field_validator("compute_capability")
-    @classmethod
-    def _cc(cls, v: str) -> str:
-        return _arch(v)
 
 
 class Gpu(_Strict):
     name: str
     aliases: tuple[str, ...] = ()
-    compute_capability: str
+    compute_capability: Cc
     segment: str
     same_chip_as: str = ""
     source: Url
@@ -92,11 +91,6 @@ class Gpu(_Strict):
         if v not in SEGMENTS:
             raise ValueError(f"{v!r} is not one of {', '.join(SEGMENTS)}")
         return v
-
-    @field_validator("compute_capability")
-    @classmethod
-    def _cc(cls, v: str) -> str:
-        return _arch(v)
 
 
 class CudaMajor(_Strict):
