@@ -10,10 +10,12 @@
 # the machine's own CPython, torch (+ nvidia-* libraries) and CUDA toolkit and the carried wheels
 # (tests/support/bootstrap_cuda.py; every package says STAND-IN in its metadata). Stages:
 #   channel   the stand-in channel (stand-in.json: what it holds, sizes, seconds)
-#   noarch    mmstack and the patched mmdet (noarch): from $CARRY/noarch if carried (built with
-#             `mmstack build` on a machine with their python_min), else built here without tests
+#   noarch    mmstack (noarch), built and tested here with python_min set to this machine's
+#             Python (`--variant python_min=3.12`: the stand-in channel has no 3.11)
 #   sm90      `mmstack build` of recipes/mmcv for CUDA 13.0 / sm_90 (the h100 row's arch set,
-#             CUDA/python/pytorch set to this machine's by --variant): tests on the GPU
+#             CUDA/python/pytorch set to this machine's by --variant): tests on the GPU, upstream's
+#             tests/test_ops among them; then the patched mmdet (noarch) with its tests (a Faster
+#             R-CNN step on the GPU against the mmcv just landed)
 #   install90 the .conda into a fresh prefix with py-rattler (+ mmdet, mmstack), then
 #             `mmstack verify --expect-gpu --levels L1..L5 --model faster-rcnn,faster-rcnn-mdconv`
 #   ptx       the same recipe for `8.0+PTX` (runs on sm_90 only through the driver's JIT)
@@ -25,8 +27,11 @@
 # Summary: python benchmarks/gpu_proof_summary.py RESULTS_DIR > RESULTS_DIR/summary.json
 #
 # Layout expected on the device (the checkout that travels is main's; this tree is carried):
-#   $CARRY/tree (this repository), $CARRY/wheels/*.whl (py-rattler, py-rattler-build and the
-#   pure/cp312 wheels the image lacks), $CARRY/sdist/{mmcv-2.2.0,mmdet-3.3.0}.tar.gz
+#   $CARRY/wheels/*.whl (the pure/cp312 wheels the image lacks), $CARRY/site.tar.xz (optional:
+#   py-rattler, py-rattler-build and their pure deps unpacked, xz-compressed to fit one call's
+#   64 MiB; else their wheels in $CARRY/wheels), $CARRY/sdist/{mmcv-2.2.0,mmdet-3.3.0}.tar.gz and
+#   mmcv-2.2.0.github.tar.gz (upstream's tag archive: the mmcv recipe's second source)
+#   e.g. from the repository root: CARRY=$PWD/.carry bash scripts/gpu-proof.sh --start 540
 set -uo pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -34,7 +39,7 @@ CARRY="${CARRY:-$(dirname "$ROOT")}"
 RES="${RES:-/tmp/res}"
 W="${WORK:-/tmp/gp}"
 PY="${PY:-python3}"
-STAGES="${STAGES:-channel noarch sm90 install90 ptx installptx bench}"
+STAGES="${STAGES:-channel noarch sm90 mmdet install90 ptx installptx}"  # + bench when time allows
 DONE="$RES/DONE"
 
 collect() {  # wait up to $1 s for the detached run, then hand $RES back through $OUT
@@ -63,9 +68,13 @@ trap 'touch "$DONE"' EXIT
 # --- tools: py-rattler(-build) and what mmstack needs, without leaking into the builds ----------
 # (SKIP_PIP=1 where the running python has them already)
 SITE="$W/site"
-[[ -n "${SKIP_PIP:-}" ]] || "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" \
-  "$CARRY"/wheels/py_rattler*.whl "$CARRY"/wheels/pydantic*.whl "$CARRY"/wheels/annotated_types*.whl \
-  "$CARRY"/wheels/typing_inspection*.whl "$CARRY"/wheels/pyelftools*.whl || { status "FAIL pip install"; exit 1; }
+if [[ -z "${SKIP_PIP:-}" ]]; then
+  mkdir -p "$SITE"
+  if [[ -f "$CARRY/site.tar.xz" ]]; then tar xJf "$CARRY/site.tar.xz" -C "$SITE" --strip-components=1 || { status "FAIL site.tar.xz"; exit 1; }; fi
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" \
+    $(compgen -G "$CARRY/wheels/py_rattler*.whl") "$CARRY"/wheels/pydantic*.whl "$CARRY"/wheels/annotated_types*.whl \
+    "$CARRY"/wheels/typing_inspection*.whl "$CARRY"/wheels/pyelftools*.whl || { status "FAIL pip install"; exit 1; }
+fi
 SP="$SITE:$ROOT/src:$ROOT/tests"
 # mmstack's CLI with the carried packages on sys.path only (no PYTHONPATH for its children: the
 # recipe's tests must use the mmstack package built into the channel, not this tree).
@@ -120,17 +129,10 @@ build() {  # build TAG [mmstack build args...]: one timed `mmstack build` with i
 }
 
 if want noarch; then
-  if compgen -G "$CARRY/noarch/*.conda" > /dev/null; then
-    # noarch: python packages built elsewhere by `mmstack build` (their recipes build and test on
-    # python_min 3.11, which this machine's stand-in channel does not have); they install anywhere.
-    status "noarch: carried $(cd "$CARRY/noarch" && echo *.conda)"
-    mkdir -p "$CH/noarch" && cp "$CARRY"/noarch/*.conda "$CH/noarch/" && "${MM[@]}" channel index "$CH" > "$RES/build_noarch.json" \
-      || { status "FAIL noarch index"; exit 1; }
-  else
-    status "noarch: mmstack + mmdet (--no-test)"
-    build noarch --env h100 --recipe "$ROOT/recipes/mmstack" --recipe "$W/recipes/mmdet" --no-test "${VARIANT[@]}" \
-      || { status "FAIL noarch"; tail -20 "$RES/build_noarch.err"; exit 1; }
-  fi
+  # mmstack first: the mmcv recipe's tests run `mmstack verify` and the upstream-tests runner from it
+  status "noarch: mmstack (python_min $PYV, with its tests)"
+  build noarch --env h100 --recipe "$ROOT/recipes/mmstack" "${VARIANT[@]}" --variant "python_min=$PYV" \
+    || { status "FAIL noarch"; tail -20 "$RES/build_noarch.err"; exit 1; }
 fi
 
 units() {  # units TAG WORKDIR: per-unit compile times from the kept build tree's ninja log
@@ -156,6 +158,8 @@ EOF
     "$prefix/bin/mmstack" verify --expect-gpu --levels L1,L2,L3,L4,L5 --model faster-rcnn,faster-rcnn-mdconv --json \
     > "$RES/verify_installed_$tag.json" 2> "$RES/verify_installed_$tag.err"
   local rc=$?
+  "${envp[@]}" "$prefix/bin/mmstack" verify --expect-gpu --levels L1,L2,L3,L4 --l4 complete --json \
+    > "$RES/l4complete_$tag.json" 2> "$RES/l4complete_$tag.err" || rc=1
   "${envp[@]}" "$prefix/bin/mmstack" doctor --json > "$RES/doctor_$tag.json" 2>&1
   local ext; ext=$("${envp[@]}" "$prefix/bin/python" -c 'import importlib.util as u; print(u.find_spec("mmcv._ext").origin)' 2>/dev/null)
   "${envp[@]}" "$prefix/bin/mmstack" fatbin "$ext" --json > "$RES/fatbin_$tag.json" 2>&1
@@ -181,6 +185,15 @@ if want sm90; then
     rm -rf "$W/work90"
   fi
   [[ $rc == 0 ]] || { tail -30 "$RES/build_sm90.err"; exit 1; }
+fi
+if want mmdet; then
+  # noarch mmdet, tested on the mmcv that just landed (its test trains Faster R-CNN on the GPU)
+  status "mmdet: patched mmdet 3.3.0 (python_min $PYV, with its tests)"
+  if ! build mmdet --env h100 --recipe "$W/recipes/mmdet" "${VARIANT[@]}" --variant "python_min=$PYV"; then
+    status "FAIL mmdet (tests); mmdetnt: the same build with --no-test, so the prefixes below can install"
+    tail -20 "$RES/build_mmdet.err"
+    build mmdetnt --env h100 --recipe "$W/recipes/mmdet" --no-test "${VARIANT[@]}" --variant "python_min=$PYV"
+  fi
 fi
 ptx_stage() {
   status "ptx: mmcv cuda$CV 8.0+PTX"

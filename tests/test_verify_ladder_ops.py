@@ -216,3 +216,35 @@ def test_what_a_failure_blocks_costs_no_interpreter(fault):
     assert [lv["status"] for lv in data["levels"]] == ["PASS", "FAIL", "NOT RUN", "NOT RUN"]
     assert data["timings"]["interpreters"] == 1
     assert data["timings"]["children"][0]["parts"] == ["L1", "L3", "L3-info", "L4", "L5"]
+
+
+# -- L4's references against upstream's own expectations -----------------------------------------
+
+
+def _upstream_literals(test_file: str, *names: str) -> dict:
+    """Module-level literals of one of upstream mmcv v2.2.0's tests (tests/ of the tag archive)."""
+    import tarfile
+
+    from support import offline
+
+    with tarfile.open(offline.cached_github_archive()) as tar:
+        source = tar.extractfile(f"mmcv-2.2.0/{test_file}").read().decode()
+    values = {}
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and getattr(node.targets[0], "id", None) in names:
+            values[node.targets[0].id] = ast.literal_eval(node.value)
+    assert set(values) == set(names), f"{test_file} has no {set(names) - set(values)}"
+    return values
+
+
+def test_tin_shift_reference_gives_upstream_test_tin_shift_outputs():
+    """c_tin_shift (CUDA-only op) compares with tin_shift_reference: it must give the outputs
+    upstream's test_tin_shift expects for its inputs and both of its shift tables."""
+    torch = pytest.importorskip("torch")
+    ops = load_ops()
+    up = _upstream_literals("tests/test_ops/test_tin_shift.py", "inputs", "shifts", "outputs")
+    x = torch.tensor(up["inputs"])
+    assert tuple(x.shape) == (2, 4, 8, 2)  # [N, num_segments, C, H*W]: the layout c_tin_shift uses
+    for shift, output in zip(up["shifts"], up["outputs"], strict=True):
+        got = ops.tin_shift_reference(x, torch.tensor(shift, dtype=torch.int32))
+        assert torch.allclose(got, torch.tensor(output), atol=1e-4, rtol=1e-3)  # upstream rounds to 5 digits

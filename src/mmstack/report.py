@@ -73,3 +73,24 @@ def info(msg: str) -> None:
 def error_line(msg: str) -> None:
     """The one-line error for bad input or failed checks (stderr, no traceback)."""
     _err.print(f"error: {msg}", highlight=False, markup=False)
+
+
+# A recipe test's result, as one line in rattler-build's log: `mmstack build` picks these lines up
+# (build/recipes.py) and puts them in its summary and --json.
+RESULT_MARK = "mmstack-result "
+
+
+def result_line(kind: str, doc: dict) -> str:
+    return RESULT_MARK + json.dumps({"kind": kind, **doc}, separators=(",", ":"), sort_keys=True)
+
+
+def parse_result_line(text: str) -> dict | None:
+    """The document of a `result_line`, wherever it sits in a log line; None for other lines."""
+    at = text.find(RESULT_MARK)
+    if at < 0:
+        return None
+    try:
+        doc = json.loads(text[at + len(RESULT_MARK):].strip())
+    except ValueError:
+        return None
+    return doc if isinstance(doc, dict) and "kind" in doc else None

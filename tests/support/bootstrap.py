@@ -132,6 +132,10 @@ WHEELS: tuple[Wheel, ...] = (
     Wheel("annotated-types", "0.8.0"),
     Wheel("typing-inspection", "0.4.5", depends=("typing_extensions >=4.12.0",)),
     Wheel("pyelftools", "0.33"),
+    # the mmcv recipe's test section runs upstream's tests/test_ops with pytest
+    Wheel("pytest", "9.2.0", depends=("iniconfig >=1.0.1", "packaging >=22", "pluggy >=1.5,<2", "pygments >=2.7.2")),
+    Wheel("iniconfig", "2.3.1"),
+    Wheel("pluggy", "1.7.0"),
     # mmdet's run requirements (recipes/mmdet: requirements/runtime.txt under conda-forge's names)
     Wheel("matplotlib", "3.11.2", conda="matplotlib-base",
           depends=("contourpy >=1.0.1", "cycler >=0.10", "fonttools >=4.28.2", "kiwisolver >=1.3.1", "numpy >=1.25",

@@ -8,6 +8,7 @@ still verifies that the local file is byte-for-byte the one the recipe names.
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import urllib.request
 from pathlib import Path
@@ -27,6 +28,17 @@ SDISTS = {
 }
 # Copies that may already be on the machine (the dev image has one); else PyPI, once.
 LOCAL_COPIES = (Path("/tmp/cache"),)
+# upstream's v2.2.0 GitHub tag archive (it carries tests/, the PyPI sdist does not): the recipe's
+# second source, byte for byte the file conda-forge's feedstock names. GitHub is unreachable from
+# CI and the development machines; ../shared/sources holds the same bytes (its README says how
+# they were made), and MMSTACK_SHARED_SOURCES names another folder holding them.
+MMCV_GITHUB_URL = "https://github.com/open-mmlab/mmcv/archive/refs/tags/v2.2.0.tar.gz"
+MMCV_GITHUB_SHA256 = "13b2bdab6e97799177dee568efdb2ae0bb48b1dc924a8b617416ee8a392e5348"
+MMCV_GITHUB_FILE = "mmcv-2.2.0.github.tar.gz"
+SHARED_SOURCES = tuple(Path(p) for p in (os.environ.get("MMSTACK_SHARED_SOURCES", ""),) if p) + (
+    Path(__file__).resolve().parents[3] / "shared" / "sources",
+    Path(__file__).resolve().parents[2] / "shared" / "sources",
+)
 
 
 def cached_sdist(name: str = "mmcv", *, cache_root: Path = CACHE_ROOT) -> Path:
@@ -47,23 +59,47 @@ def cached_sdist(name: str = "mmcv", *, cache_root: Path = CACHE_ROOT) -> Path:
     return cached
 
 
+def cached_github_archive(*, cache_root: Path = CACHE_ROOT) -> Path:
+    """upstream's v2.2.0 tag archive, seeded into the offline cache from a shared copy (sha256 checked)."""
+    cached = cache_root / "sdist" / MMCV_GITHUB_FILE
+    if cached.is_file() and _sha256(cached) == MMCV_GITHUB_SHA256:
+        return cached
+    for folder in SHARED_SOURCES:
+        path = folder / MMCV_GITHUB_FILE
+        if path.is_file() and _sha256(path) == MMCV_GITHUB_SHA256:
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            partial = cached.with_suffix(".partial")
+            shutil.copyfile(path, partial)
+            partial.rename(cached)
+            return cached
+    raise FileNotFoundError(f"{MMCV_GITHUB_FILE} (sha256 {MMCV_GITHUB_SHA256[:12]}...) is in none of "
+                            f"{[str(d) for d in SHARED_SOURCES]}; set MMSTACK_SHARED_SOURCES to a folder holding it")
+
+
 def offline_recipe_for(name: str, recipe_dir: Path, dest: Path) -> Path:
-    """`offline_recipe` for one of SDISTS, fetching the sdist first if need be."""
+    """`offline_recipe` for one of SDISTS, fetching the sdist first if need be; the mmcv recipe's
+    second source (upstream's tag archive, for its tests) from the shared copy."""
     url, _, version = SDISTS[name]
-    return offline_recipe(recipe_dir, dest, url=url, local_file=cached_sdist(name), version=version)
+    out = offline_recipe(recipe_dir, dest, url=url, local_file=cached_sdist(name), version=version)
+    if name == "mmcv":
+        _point_url(out / "recipe.yaml", MMCV_GITHUB_URL, cached_github_archive(), version)
+    return out
 
 
 def offline_recipe(recipe_dir: Path, dest: Path, *, url: str, local_file: Path, version: str = "2.2.0") -> Path:
     """Copy `recipe_dir` to `dest` with `url` in recipe.yaml replaced by `local_file`'s file:// URL."""
     shutil.copytree(recipe_dir, dest, ignore=shutil.ignore_patterns("output", "__pycache__"))
-    recipe = dest / "recipe.yaml"
+    _point_url(dest / "recipe.yaml", url, local_file, version)
+    return dest
+
+
+def _point_url(recipe: Path, url: str, local_file: Path, version: str) -> None:
     text = recipe.read_text()
     templated = url.replace(version, "${{ version }}")
     hits = [u for u in (url, templated) if f"url: {u}\n" in text]
     if len(hits) != 1:
-        raise AssertionError(f"{recipe_dir}/recipe.yaml: expected `url: {templated}` once")
+        raise AssertionError(f"{recipe}: expected `url: {templated}` once")
     recipe.write_text(text.replace(f"url: {hits[0]}\n", f"url: {local_file.resolve().as_uri()}\n"))
-    return dest
 
 
 def _sha256(path: Path) -> str:

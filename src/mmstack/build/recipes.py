@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mmstack import report
 from mmstack.build import channel as channelmod
 from mmstack.errors import BadInput, BuildFailed
 
@@ -41,10 +42,13 @@ class BuiltPackage:
     build_string: str
     variant: dict = field(default_factory=dict)
     seconds: float = 0.0
+    # what its recipe tests reported through report.result_line (upstream's pytest counts and skips)
+    test_results: tuple[dict, ...] = ()
 
     def as_dict(self) -> dict:
         return {"path": str(self.path), "name": self.name, "version": self.version,
-                "build_string": self.build_string, "variant": self.variant, "seconds": round(self.seconds, 1)}
+                "build_string": self.build_string, "variant": self.variant, "seconds": round(self.seconds, 1),
+                "test_results": list(self.test_results)}
 
 
 # A variant key's value(s): one string or number, or a list of them (as the config's YAML has them).
@@ -175,15 +179,16 @@ def run_build(
         channels.insert(0, channelmod.ensure_channel(channel_path).as_uri())
     tool = ToolConfiguration(test_strategy="native" if test else "skip", keep_build=keep_build)
     log_fh = open(log_file, "a", encoding="utf-8") if log_file else None
-    callback = _Callback(say, log_fh) if (progress or log_fh) else None
+    callback = _Callback(say, log_fh)
 
     out = Path(tempfile.mkdtemp(prefix="mmstack-build-", dir=work_dir))
-    built: list[tuple[Path, Any, float]] = []  # (package, rattler_build's BuildResult, seconds)
+    built: list[tuple[Path, Any, float, tuple[dict, ...]]] = []  # (package, BuildResult, seconds, test results)
     try:
         for i, variant in enumerate(rendered, 1):
             name = f"{variant.recipe.package.name}-{variant.recipe.package.version}-{variant.recipe.build.string}"
             say(f"[{i}/{len(rendered)}] building {name}")
             evict_cached_package(name)
+            callback.results.clear()
             started = time.monotonic()
             try:
                 result = variant.run_build(tool_config=tool, output_dir=out, channels=channels,
@@ -192,8 +197,11 @@ def run_build(
                 raise _build_failed(name, exc, Path(work_dir or tempfile.gettempdir())) from None
             seconds = time.monotonic() - started
             say(f"[{i}/{len(rendered)}] built {name} in {seconds:.0f}s")
-            built.extend((Path(p), result, seconds) for p in result.packages)
-        landed = channelmod.add_packages(channel_path, [p for p, _, _ in built])
+            tested = tuple(callback.results)
+            for doc in tested:
+                say(f"[{i}/{len(rendered)}] {name}: {_describe_result(doc)}")
+            built.extend((Path(p), result, seconds, tested) for p in result.packages)
+        landed = channelmod.add_packages(channel_path, [p for p, _, _, _ in built])
     finally:
         if log_fh:
             log_fh.close()
@@ -201,9 +209,22 @@ def run_build(
             shutil.rmtree(out, ignore_errors=True)
     return [
         BuiltPackage(path=dest, name=result.name, version=result.version, build_string=result.build_string,
-                     variant=dict(result.variant), seconds=seconds)
-        for dest, (_, result, seconds) in zip(landed, built, strict=True)
+                     variant=dict(result.variant), seconds=seconds, test_results=tested)
+        for dest, (_, result, seconds, tested) in zip(landed, built, strict=True)
     ]
+
+
+def _describe_result(doc: dict) -> str:
+    """One line for a recipe test's result document (upstream's pytest summary)."""
+    if doc.get("kind") == "upstream-tests":
+        c = doc.get("counts", {})
+        return (f"upstream {doc.get('path')}: {c.get('passed', 0)} passed, {c.get('failed', 0)} failed, "
+                f"{c.get('skipped', 0)} skipped ({len(doc.get('skip_reasons', []))} skip reasons)")
+    return f"{doc.get('kind')}: {json_keys(doc)}"
+
+
+def json_keys(doc: dict) -> str:
+    return ", ".join(sorted(k for k in doc if k != "kind"))
 
 
 def run_stack_build(
@@ -385,6 +406,7 @@ class _Callback:
     def __init__(self, say: Progress, log=None):
         self._say = say
         self._log = log
+        self.results: list[dict] = []  # report.result_line documents seen in the test output
 
     def _write(self, text: str) -> None:
         if self._log:
@@ -398,6 +420,9 @@ class _Callback:
     def on_log(self, event) -> None:
         message = str(event.message).strip()
         self._write(f"[{event.level}] {message}")
+        doc = report.parse_result_line(message)
+        if doc is not None:
+            self.results.append(doc)
         if message and (event.level in ("warn", "error") or _TEST_LOG.search(message)):
             self._say(f"{event.level}: {message}" if event.level != "info" else message)
 

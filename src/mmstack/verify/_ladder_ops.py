@@ -717,19 +717,35 @@ def c_psa_mask(c):
         c.close(f"PSAMask({kind})", out, want, "torch")
 
 
+def tin_shift_reference(x, shift):
+    """out[n, t, c] = x[n, t - shift[n, g], c] (g = c's channel group), zero where t - shift leaves
+    [0, T): mmcv's kernel on [N, T, C, H*W] input, checked against upstream's test_tin_shift values
+    by tests/test_verify_ladder_ops.py."""
+    import torch
+
+    n, t, ch, _ = x.shape
+    group = ch // shift.shape[1]
+    out = torch.zeros_like(x)
+    for b in range(n):
+        for c in range(ch):
+            s = int(shift[b, c // group])
+            for i in range(t):
+                if 0 <= i - s < t:
+                    out[b, i, c] = x[b, i - s, c]
+    return out
+
+
 def c_tin_shift(c):
     from mmcv.ops import TINShift, tin_shift
 
     torch = c.torch
-    x = c.rand(1, 4, 4, 2, 2)  # (N, T, C, H, W), 2 channel groups
-    shift = torch.tensor([[1, 0]], dtype=torch.int32)
-    out = c.run(tin_shift, x, shift)
-    _finite(out, c.run(TINShift(), x, shift))
-    # group 1 (shift 0) is unchanged; group 0 moves one step in time, zero-filled
-    c.close("tin_shift", out[:, :, 2:], x[:, :, 2:], "known-values")
-    # out[t + shift] = in[t] (the kernel's definition), zero where nothing lands
-    later = torch.cat([torch.zeros_like(x[:, :1, :2]), x[:, :-1, :2]], 1)
-    c.close("tin_shift", out[:, :, :2], later, "known-values")
+    # [N, num_segments, C, H*W] (the op's documented layout; upstream's test: 2 x 4 x 8 x 2) with
+    # 4 channel groups; shifts in both directions and one past the clip's end (all zeros)
+    x = c.rand(2, 4, 8, 3)
+    shift = torch.tensor([[1, 0, 1, -2], [-2, 1, -1, 4]], dtype=torch.int32)
+    want = tin_shift_reference(x, shift)
+    c.close("tin_shift", c.run(tin_shift, x, shift), want, "torch")
+    c.close("TINShift", c.run(TINShift(), x, shift), want, "torch")
 
 
 def c_ms_deform_attn(c):

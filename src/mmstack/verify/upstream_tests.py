@@ -1,0 +1,119 @@
+"""Upstream mmcv's own pytest suite against the installed mmcv, summarised for the build summary.
+
+The mmcv recipe's test section copies `tests/` of upstream's v2.2.0 tag archive (its second
+source) and runs
+
+    python -m mmstack.verify.upstream_tests tests/test_ops [--json FILE] [pytest args...]
+
+from the folder holding `tests/` (upstream's tests open `tests/data/...` relative to it). pytest
+runs in this process with a small plugin that records every test's outcome; the summary counts
+passed/failed/skipped/xfailed, lists the failures by node id and groups the skips by reason. It
+ends with one `report.result_line("upstream-tests", ...)` that `mmstack build` picks up from
+rattler-build's log. Exit status: 0 when no test failed or errored, 1 otherwise, 2 when nothing
+was collected or the folder is missing (a test section that tested nothing is not a pass).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+from mmstack import report
+
+KIND = "upstream-tests"
+# "tests/test_ops/test_nms.py:123: requires CUDA support" -> "requires CUDA support"
+_LOCATION = re.compile(r"^\S+?:\d+: ")
+
+
+class _Recorder:
+    """pytest plugin: one outcome per test (its setup skip, call result, or teardown error)."""
+
+    def __init__(self) -> None:
+        self.outcomes: dict[str, str] = {}
+        self.skips: dict[str, str] = {}
+        self.collect_errors: list[str] = []
+
+    def pytest_collectreport(self, report) -> None:  # noqa: D401 - pytest hook
+        if report.failed:
+            self.collect_errors.append(report.nodeid or "<collection>")
+
+    def pytest_runtest_logreport(self, report) -> None:
+        node = report.nodeid
+        if report.when == "call" or (report.when == "setup" and not report.passed):
+            if hasattr(report, "wasxfail"):
+                outcome = "xfailed" if report.skipped else "xpassed"
+            elif report.skipped:
+                outcome = "skipped"
+                self.skips[node] = _skip_reason(report)
+            elif report.failed:
+                outcome = "failed" if report.when == "call" else "error"
+            else:
+                outcome = "passed"
+            self.outcomes[node] = outcome
+        elif report.when == "teardown" and report.failed:
+            self.outcomes[node] = "error"
+
+
+def _skip_reason(report) -> str:
+    longrepr = report.longrepr
+    text = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+    return _LOCATION.sub("", str(text)).removeprefix("Skipped: ").strip()
+
+
+def run(tests: Path, pytest_args: list[str]) -> tuple[dict, int]:
+    import pytest
+
+    if not tests.exists():
+        return {"path": str(tests), "error": f"{tests} does not exist"}, 2
+    rec = _Recorder()
+    started = time.monotonic()
+    rc = pytest.main([str(tests), "-p", "no:cacheprovider", "-q", "-rfE", *pytest_args], plugins=[rec])
+    counts = Counter(rec.outcomes.values())
+    reasons = Counter(rec.skips.values())
+    failed = sorted(n for n, o in rec.outcomes.items() if o in ("failed", "error"))
+    doc = {
+        "path": tests.as_posix(),
+        "pytest_exit": int(rc),
+        "seconds": round(time.monotonic() - started, 1),
+        "collected": len(rec.outcomes),
+        "counts": {k: counts.get(k, 0) for k in ("passed", "failed", "error", "skipped", "xfailed", "xpassed")},
+        "failed": failed + rec.collect_errors,
+        "skip_reasons": [{"reason": r, "tests": n} for r, n in reasons.most_common()],
+    }
+    if rec.collect_errors or failed:
+        status = 1
+    elif not rec.outcomes:
+        doc["error"] = "no test was collected"
+        status = 2
+    else:
+        status = 0
+    return doc, status
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m mmstack.verify.upstream_tests", description=__doc__.splitlines()[0])
+    ap.add_argument("tests", type=Path, help="upstream's tests folder (or one file of it)")
+    ap.add_argument("--json", type=Path, help="also write the summary to this file")
+    args, rest = ap.parse_known_args(argv)
+    doc, status = run(args.tests, rest)
+    c = doc.get("counts", {})
+    print(f"\nupstream tests {doc['path']}: {c.get('passed', 0)} passed, {c.get('failed', 0)} failed, "
+          f"{c.get('error', 0)} errors, {c.get('skipped', 0)} skipped in {doc.get('seconds', 0)}s"
+          + (f" ({doc['error']})" if "error" in doc else ""))
+    for item in doc.get("skip_reasons", []):
+        print(f"  skipped {item['tests']:4d}: {item['reason']}")
+    for node in doc.get("failed", []):
+        print(f"  FAILED {node}")
+    if args.json:
+        args.json.write_text(json.dumps(doc, indent=1) + "\n")
+    print(report.result_line(KIND, doc))
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,117 @@
+"""The upstream-tests runner (`python -m mmstack.verify.upstream_tests`) on real pytest runs, and
+its result line as `mmstack build` reads it from rattler-build's log."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from mmstack import report
+from mmstack.build import recipes
+
+SUITE = textwrap.dedent('''
+    import os
+    import pytest
+
+    def test_ok():
+        assert os.path.isdir("tests/data")  # upstream's tests open tests/data relative to the cwd
+
+    @pytest.mark.skipif(True, reason="requires CUDA support")
+    def test_cuda_a():
+        pass
+
+    @pytest.mark.skipif(True, reason="requires CUDA support")
+    def test_cuda_b():
+        pass
+
+    def test_imports_skip():
+        pytest.importorskip("no_such_module_here")
+
+    @pytest.mark.parametrize("x", [1, 2])
+    def test_param(x):
+        assert x {op} 0
+''')
+
+
+def _suite(tmp_path: Path, op: str = ">") -> Path:
+    (tmp_path / "tests" / "data").mkdir(parents=True)
+    (tmp_path / "tests" / "test_ops").mkdir()
+    (tmp_path / "tests" / "test_ops" / "test_some.py").write_text(SUITE.replace("{op}", op))
+    return tmp_path
+
+
+def _run(cwd: Path, *args: str):
+    return subprocess.run([sys.executable, "-m", "mmstack.verify.upstream_tests", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=300)
+
+
+def _result(stdout: str) -> dict:
+    docs = [d for d in map(report.parse_result_line, stdout.splitlines()) if d]
+    assert len(docs) == 1, stdout[-2000:]
+    return docs[0]
+
+
+def test_passing_suite_counts_and_groups_skips_by_reason(tmp_path):
+    cwd = _suite(tmp_path)
+    run = _run(cwd, "tests/test_ops", "--json", str(tmp_path / "out.json"))
+    assert run.returncode == 0, run.stdout[-2000:]
+    doc = _result(run.stdout)
+    assert doc["kind"] == "upstream-tests" and doc["path"] == "tests/test_ops"
+    assert doc["counts"] == {"passed": 3, "failed": 0, "error": 0, "skipped": 3, "xfailed": 0, "xpassed": 0}
+    assert doc["collected"] == 6 and doc["failed"] == []
+    reasons = {r["reason"]: r["tests"] for r in doc["skip_reasons"]}
+    assert reasons["requires CUDA support"] == 2
+    assert any("no_such_module_here" in r for r in reasons)
+    assert json.loads((tmp_path / "out.json").read_text()) == {k: v for k, v in doc.items() if k != "kind"}
+    assert "upstream tests tests/test_ops: 3 passed, 0 failed, 0 errors, 3 skipped" in run.stdout
+
+
+def test_a_failing_test_fails_the_run_and_is_named(tmp_path):
+    cwd = _suite(tmp_path, op="<")
+    run = _run(cwd, "tests/test_ops")
+    assert run.returncode == 1
+    doc = _result(run.stdout)
+    assert doc["counts"]["failed"] == 2
+    assert doc["failed"] == ["tests/test_ops/test_some.py::test_param[1]", "tests/test_ops/test_some.py::test_param[2]"]
+
+
+def test_pytest_arguments_pass_through_and_nothing_collected_is_not_a_pass(tmp_path):
+    cwd = _suite(tmp_path)
+    run = _run(cwd, "tests/test_ops", "--ignore=tests/test_ops/test_some.py")
+    assert run.returncode == 2
+    assert _result(run.stdout)["error"] == "no test was collected"
+    assert _run(cwd, "tests/nowhere").returncode == 2
+
+
+def test_the_build_picks_result_lines_out_of_the_log():
+    cb = recipes._Callback(lambda _m: None)
+
+    class Event:
+        level = "info"
+
+        def __init__(self, message):
+            self.message = message
+
+    doc = {"path": "tests/test_ops", "counts": {"passed": 200, "failed": 0, "skipped": 113}, "skip_reasons": []}
+    for line in ("+ cd upstream", "  skipped   98: requires CUDA support", report.result_line("upstream-tests", doc),
+                 "mmstack-result {not json"):
+        cb.on_log(Event(line))
+    assert cb.results == [{"kind": "upstream-tests", **doc}]
+    assert recipes._describe_result(cb.results[0]).startswith("upstream tests/test_ops: 200 passed, 0 failed, 113 skipped")
+
+
+def test_the_mmcv_recipe_runs_upstream_test_ops_from_its_second_source():
+    import yaml
+
+    recipe = yaml.safe_load((Path(__file__).resolve().parents[1] / "recipes" / "mmcv" / "recipe.yaml").read_text())
+    sdist, tag = recipe["source"]
+    assert tag["target_directory"] == "upstream" and "patches" not in tag
+    assert tag["url"].startswith("https://github.com/open-mmlab/mmcv/archive/refs/tags/v")
+    # the sha256 conda-forge's feedstock names for the same archive
+    assert tag["sha256"] == "13b2bdab6e97799177dee568efdb2ae0bb48b1dc924a8b617416ee8a392e5348"
+    (upstream,) = [t for t in recipe["tests"] if "upstream/tests/" in str(t.get("files"))]
+    assert "pytest" in upstream["requirements"]["run"]
+    assert any("mmstack.verify.upstream_tests tests/test_ops" in line for line in upstream["script"])
