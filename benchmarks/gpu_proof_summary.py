@@ -102,6 +102,7 @@ def build_summary(res: Path, tag: str, cores: int | None, sizes: dict[str, int])
         name = Path(p["path"]).name
         pkgs.append({"name": p["name"], "build_string": p["build_string"], "file": name,
                      "conda_bytes": sizes.get(name), "build_and_test_s": p["seconds"],
+                     "test_results": p.get("test_results", []),
                      "variant": {k: p["variant"].get(k) for k in ("python", "pytorch", "cuda_compiler_version",
                                                                    "mmcv_arch_list", "arch_tag") if k in p["variant"]}})
     out["packages"] = pkgs
@@ -118,7 +119,8 @@ def build_summary(res: Path, tag: str, cores: int | None, sizes: dict[str, int])
     log = res / f"rattler-build-{tag}.log"
     text = log.read_text(errors="replace") if log.is_file() else ""
     tests_run = "Testing commands:" in text
-    out["sandbox_test_s"] = sandbox_test_seconds(log, "mmcv") if tests_run else None
+    name = pkgs[0]["name"] if pkgs else "mmcv"
+    out["sandbox_test_s"] = sandbox_test_seconds(log, name) if tests_run else None
     out["sandbox_ladder"] = sandbox_ladder(log)
     failed = re.search(r"error: (mmcv-\S+): Test failed: \"([^\\\n]{0,160})", (res / f"build_{tag}.err").read_text(errors="replace")
                        if (res / f"build_{tag}.err").is_file() else "")
@@ -128,8 +130,8 @@ def build_summary(res: Path, tag: str, cores: int | None, sizes: dict[str, int])
     return out
 
 
-def ladder_summary(res: Path, tag: str) -> dict | None:
-    data = _json(res / f"verify_installed_{tag}.json")
+def ladder_summary(res: Path, tag: str, stem: str = "verify_installed") -> dict | None:
+    data = _json(res / f"{stem}_{tag}.json")
     if data is None:
         return None
     levels = {}
@@ -163,8 +165,9 @@ def main(argv: list[str] | None = None) -> int:
                                                          "cuda_distributions", "left_out", "seconds", "step_seconds")}
         | {"packages": len(standin.get("packages", [])),
            "bytes": sum(p["bytes"] for p in standin.get("packages", []))},
-        "builds": {tag: build_summary(res, tag, cores, sizes) for tag in ("sm90", "ptx", "sm90nt")},
+        "builds": {tag: build_summary(res, tag, cores, sizes) for tag in ("noarch", "sm90", "mmdet", "ptx", "sm90nt", "mmdetnt")},
         "installed_prefix_ladder": {tag: ladder_summary(res, tag) for tag in ("sm90", "ptx")},
+        "installed_prefix_l4_complete": {tag: ladder_summary(res, tag, "l4complete") for tag in ("sm90", "ptx")},
         "arch_check": {"ptx": _json(res / "arch_check_ptx.json"), "sm90": _json(res / "arch_check_sm90.json")},
         "fatbin": {tag: _json(res / f"fatbin_{tag}.json") for tag in ("sm90", "ptx")},
         "ops_vs_torchvision": _json(res / "ops_sm90.json"),

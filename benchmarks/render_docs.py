@@ -259,7 +259,17 @@ def _dist1(docs) -> tuple[list[str], list[list[object]]]:
             "wall (incl. torchrun start)"], rows
 
 
-_RECIPE_ARCH = {"sm90": "9.0", "ptx": "8.0+PTX", "sm90nt": "9.0 (built --no-test)"}
+_RECIPE_ARCH = {"sm90": "9.0", "ptx": "8.0+PTX", "sm90nt": "9.0 (built --no-test)", "noarch": "mmstack (noarch)",
+                "mmdet": "mmdet (noarch)", "mmdetnt": "mmdet (noarch, built --no-test)"}
+
+
+def _upstream(b: dict) -> str:
+    """Upstream's pytest counts from the build's test results ('-' where the recipe did not run them)."""
+    docs = [t for p in b.get("packages") or [] for t in p.get("test_results") or [] if t.get("kind") == "upstream-tests"]
+    if not docs:
+        return MISSING
+    c = docs[0]["counts"]
+    return f"{c['passed']} passed, {c['failed'] + c['error']} failed, {c['skipped']} skipped ({docs[0]['seconds']:.0f} s)"
 
 
 def _recipe_builds(docs) -> tuple[list[str], list[list[object]]]:
@@ -267,6 +277,8 @@ def _recipe_builds(docs) -> tuple[list[str], list[list[object]]]:
     d = docs[0]
     rows = []
     for tag, b in d["builds"].items():
+        if not b:
+            continue
         comp = b.get("compile") or {}
         lad = b.get("sandbox_ladder") or {}
         levels = lad.get("levels") or {}
@@ -276,9 +288,10 @@ def _recipe_builds(docs) -> tuple[list[str], list[list[object]]]:
         rows.append([_RECIPE_ARCH.get(tag, tag), fmt(b.get("command_wall_s"), "{:.0f} s"),
                      fmt(b.get("command_cpu_s"), "{:,.0f} CPU-s"), fmt(comp.get("span_s"), "{:.1f} s"),
                      fmt(comp.get("parallel_limit_s"), "{:.1f} s"), fmt(comp.get("span_over_limit"), "{:.3f}×"),
-                     fmt(b.get("sandbox_test_s"), "{:.0f} s"), tests, "yes" if b.get("landed_in_channel") else "no"])
-    return ["arch list", "`mmstack build` wall", "CPU", "compile span", "parallel limit", "span / limit",
-            "sandbox test", "sandbox ladder on the GPU", "landed in the channel"], rows
+                     fmt(b.get("sandbox_test_s"), "{:.0f} s"), tests, _upstream(b),
+                     "yes" if b.get("landed_in_channel") else "no"])
+    return ["build", "`mmstack build` wall", "CPU", "compile span", "parallel limit", "span / limit",
+            "sandbox test", "sandbox ladder on the GPU", "upstream tests/test_ops in the sandbox", "landed in the channel"], rows
 
 
 def _recipe_prefix(docs) -> tuple[list[str], list[list[object]]]:
@@ -291,6 +304,31 @@ def _recipe_prefix(docs) -> tuple[list[str], list[list[object]]]:
         rows.append([_RECIPE_ARCH.get(tag, tag), "PASS" if r["ok"] else "FAIL", fmt(r.get("seconds"), "{:.1f} s"),
                      "; ".join(f"{lv} {v['status']}: {str(v.get('reason') or '')[:90]}" for lv, v in r["levels"].items())])
     return ["build", "ladder", "wall", "levels"], rows
+
+
+def _ladder_ops():
+    """verify/_ladder_ops.py, loaded by path as the ladder's child loads it (stdlib at import)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_ladder_ops_docs", ROOT / "src/mmstack/verify/_ladder_ops.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _l4_vs_upstream(docs) -> tuple[list[str], list[list[object]]]:
+    """L4 complete on the H200, per op: what it compared with, and upstream's test of the same op."""
+    ops = _ladder_ops()
+    cuda_only = {entry[0]: entry[2] for entry in ops.CHECKS}
+    l4 = next(lv for lv in docs[0]["levels"] if lv["level"] == "L4")["evidence"]
+    rows = []
+    for rec in l4["ops"]:
+        op = rec["op"]
+        test = ops.UPSTREAM_TESTS.get(op)
+        rows.append([op, "yes" if cuda_only.get(op) else "no", rec["status"], rec["device"],
+                     ", ".join(rec.get("references") or []) or "none (run-only)",
+                     fmt(rec.get("max_error"), "{:.2g}"), f"`tests/{test}`" if test else "none"])
+    return ["op", "CUDA-only", "H200 status", "ran on", "compared with", "max error", "upstream test"], rows
 
 
 def _cpu_ladder(docs) -> tuple[list[str], list[list[object]]]:
@@ -352,6 +390,9 @@ TABLES: dict[str, Table] = {
     "h200-dist1": Table(sources=["h200/run2-fixed/dist1_sm90.json"], build=_dist1),
     "h200-recipe-builds": Table(sources=["h200/recipe-run1/summary.json"], build=_recipe_builds),
     "h200-recipe-prefix": Table(sources=["h200/recipe-run1/summary.json"], build=_recipe_prefix),
+    "h200-recipe2-builds": Table(sources=["h200/recipe-run2/summary.json"], build=_recipe_builds),
+    "h200-recipe2-prefix": Table(sources=["h200/recipe-run2/summary.json"], build=_recipe_prefix),
+    "h200-l4-vs-upstream": Table(sources=["h200/recipe-run2/l4complete_sm90.json"], build=_l4_vs_upstream),
     "cpu-ladder": Table(sources=["cpu-dev/ladder.json"], build=_cpu_ladder),
     "cpu-arch-sets": Table(sources=["cpu-dev/arch_sets.json"], build=_arch_sets),
     "cpu-detector": Table(sources=["cpu-dev/detector_cpu.json"], build=_cpu_detector),

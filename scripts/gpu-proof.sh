@@ -98,7 +98,9 @@ fi
 { nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv,noheader
   nvcc --version | tail -2; echo "nvcc: $(readlink -f "$(command -v nvcc)")"; gcc --version | head -1
   "$PY" -c 'import sys, torch; print(sys.version.split()[0], sys.executable, sys._base_executable, torch.__version__, torch.version.cuda)'
-  echo "cores: $(nproc)"; echo "variant: ${VARIANT[*]}"; echo "MMSTACK_NO_TORCHVISION=${MMSTACK_NO_TORCHVISION:-}"; git -C "$ROOT" log -1 --oneline 2>/dev/null || cat "$ROOT/.gpu-commit" 2>/dev/null
+  echo "cores: $(nproc)"; echo "variant: ${VARIANT[*]}"; echo "MMSTACK_NO_TORCHVISION=${MMSTACK_NO_TORCHVISION:-}"; # the commit the tree was sent from (written by hand before the run: the device's git metadata is
+# the session's base commit, not the working tree's)
+  echo "tree: $(cat "$ROOT/.gpu-commit" 2>/dev/null || git -C "$ROOT" log -1 --oneline 2>/dev/null)"
 } > "$RES/machine.txt" 2>&1
 status "start: python $PYV torch $TV cuda $CV gcc $GCCMAJOR"
 

@@ -132,6 +132,15 @@ def test_cpu_variant_builds_with_its_tests_into_the_channel(built_channel):
     assert "pytorch * cpu*" in record["constrains"], record.get("constrains")
     assert "__glibc >=2.17,<3.0.a0" in record["depends"]
     assert not any(d.startswith("__cuda") for d in record["depends"])
+    # the recipe's test section ran upstream's tests/test_ops and test_cnn (the tag archive) in the sandbox: on
+    # this CPU machine their CPU cases pass and the CUDA ones skip, each skip reason counted
+    (upstream,) = [t for t in mmcv[0]["test_results"] if t["kind"] == "upstream-tests"]
+    assert upstream["path"] == "tests/test_ops tests/test_cnn" and upstream["failed"] == []
+    assert upstream["counts"]["failed"] == upstream["counts"]["error"] == 0
+    assert upstream["counts"]["passed"] >= 50, upstream["counts"]
+    reasons = {r["reason"]: r["tests"] for r in upstream["skip_reasons"]}
+    assert reasons.get("requires CUDA support", 0) > 0, reasons
+    _say(f"upstream tests/test_ops in the sandbox: {upstream['counts']}")
     _say(f"mmcv {mmcv[0]['build_string']}: {mmcv[0]['size'] / 1e6:.1f} MB, built and tested in "
          f"{mmcv[0]['seconds']:.0f}s{' (cached)' if built_channel['cached'] else ''}")
 

@@ -124,10 +124,13 @@ def test_source_is_the_pypi_sdist_with_every_patch(rendered):
     patches = sorted(p.relative_to(MMCV).as_posix() for p in (MMCV / "patches").glob("*.patch"))
     assert len(patches) == 7, "recipes/mmcv/patches/ holds the numbered patches"
     for recipe in rendered.values():
-        (source,) = recipe["source"]
+        source, tests = recipe["source"]
         assert source["url"] == [SDIST_URL] or source["url"] == SDIST_URL
         assert source["sha256"] == SDIST_SHA256
         assert [str(p) for p in source["patches"]] == patches
+        # the second source only brings upstream's tests/ (the test section runs them), unpatched
+        assert tests["target_directory"] == "upstream" and not tests.get("patches")
+        assert tests["sha256"] == "13b2bdab6e97799177dee568efdb2ae0bb48b1dc924a8b617416ee8a392e5348"
     assert (MMCV / "build.sh").is_file()
 
 

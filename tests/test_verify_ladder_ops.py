@@ -248,3 +248,20 @@ def test_tin_shift_reference_gives_upstream_test_tin_shift_outputs():
     for shift, output in zip(up["shifts"], up["outputs"], strict=True):
         got = ops.tin_shift_reference(x, torch.tensor(shift, dtype=torch.int32))
         assert torch.allclose(got, torch.tensor(output), atol=1e-4, rtol=1e-3)  # upstream rounds to 5 digits
+
+
+def test_every_l4_op_names_the_upstream_test_of_the_same_op_and_it_exists():
+    import tarfile
+
+    from support import offline
+
+    ops = load_ops()
+    assert set(ops.UPSTREAM_TESTS) == {entry[0] for entry in ops.CHECKS}
+    with tarfile.open(offline.cached_github_archive()) as tar:
+        names = set(tar.getnames())
+    for op, test in ops.UPSTREAM_TESTS.items():
+        if test is not None:
+            assert f"mmcv-2.2.0/tests/{test}" in names, (op, test)
+    # the ops upstream tests nowhere are few; each is compared by L4 itself
+    assert sorted(op for op, t in ops.UPSTREAM_TESTS.items() if t is None) == [
+        "GroupAll", "iou_bev", "point_sample", "scatter_nd"]

@@ -62,6 +62,7 @@ def test_passing_suite_counts_and_groups_skips_by_reason(tmp_path):
     assert doc["kind"] == "upstream-tests" and doc["path"] == "tests/test_ops"
     assert doc["counts"] == {"passed": 3, "failed": 0, "error": 0, "skipped": 3, "xfailed": 0, "xpassed": 0}
     assert doc["collected"] == 6 and doc["failed"] == []
+    assert doc["by_file"] == {"tests/test_ops/test_some.py": {"passed": 3, "skipped": 3}}
     reasons = {r["reason"]: r["tests"] for r in doc["skip_reasons"]}
     assert reasons["requires CUDA support"] == 2
     assert any("no_such_module_here" in r for r in reasons)
@@ -84,6 +85,18 @@ def test_pytest_arguments_pass_through_and_nothing_collected_is_not_a_pass(tmp_p
     assert run.returncode == 2
     assert _result(run.stdout)["error"] == "no test was collected"
     assert _run(cwd, "tests/nowhere").returncode == 2
+    assert _run(cwd, "tests/test_ops", "tests/nowhere").returncode == 2
+
+
+def test_several_folders_run_in_one_session(tmp_path):
+    cwd = _suite(tmp_path)
+    (cwd / "tests" / "test_cnn").mkdir()
+    (cwd / "tests" / "test_cnn" / "test_brick.py").write_text("def test_brick():\n    assert True\n")
+    run = _run(cwd, "tests/test_ops", "tests/test_cnn")
+    assert run.returncode == 0, run.stdout[-2000:]
+    doc = _result(run.stdout)
+    assert doc["path"] == "tests/test_ops tests/test_cnn" and doc["counts"]["passed"] == 4
+    assert doc["by_file"]["tests/test_cnn/test_brick.py"] == {"passed": 1}
 
 
 def test_the_build_picks_result_lines_out_of_the_log():
@@ -114,4 +127,4 @@ def test_the_mmcv_recipe_runs_upstream_test_ops_from_its_second_source():
     assert tag["sha256"] == "13b2bdab6e97799177dee568efdb2ae0bb48b1dc924a8b617416ee8a392e5348"
     (upstream,) = [t for t in recipe["tests"] if "upstream/tests/" in str(t.get("files"))]
     assert "pytest" in upstream["requirements"]["run"]
-    assert any("mmstack.verify.upstream_tests tests/test_ops" in line for line in upstream["script"])
+    assert any("mmstack.verify.upstream_tests tests/test_ops tests/test_cnn" in line for line in upstream["script"])

@@ -127,6 +127,31 @@ def install(
     return [f"{r.name.normalized}={r.version}={r.build}" for r in records]
 
 
+def explain_unsolvable(specs: Sequence[str], channels: Sequence[str | os.PathLike[str]], *,
+                       platform: str | None = None) -> str | None:
+    """Why `specs` cannot be solved over `channels`, as the solver says it (e.g. "No candidates
+    were found for python 3.11.*"); None when they solve, or the question cannot be asked.
+
+    rattler-build reports only "Failed to resolve dependencies" (its log ends on an info line about
+    an empty subdir), so a failed build asks the same question again here.
+    """
+    import rattler
+
+    async def _run() -> None:
+        platforms = [rattler.Subdir(platform) if platform else rattler.Subdir.current(), rattler.Subdir("noarch")]
+        await rattler.solve(sources=[_channel(c) for c in channels], specs=list(specs), platforms=platforms,
+                            virtual_packages=rattler.VirtualPackage.detect())
+
+    try:
+        asyncio.run(_run())
+    except rattler_errors() as exc:
+        text = " ".join(str(exc).split())
+        return text.removeprefix("SolverError: ").strip() or type(exc).__name__
+    except Exception:  # noqa: BLE001 - an unreachable channel, a bad spec: no explanation, not a new error
+        return None
+    return None
+
+
 # ---------------------------------------------------------------------------------------------
 
 

@@ -386,6 +386,14 @@ def _build_failed(name: str, exc: Exception, log_dir: Path) -> BuildFailed:
     except OSError:
         log_file = None
     summary = text.strip().splitlines()[0].removeprefix("PyRattlerBuildError: ") if text.strip() else type(exc).__name__
+    if "Failed to resolve dependencies" in summary:
+        unsolvable = _explain_solve(log)
+        if unsolvable:
+            specs, channels, why = unsolvable
+            return BuildFailed(f"{name}: cannot solve an environment of the build: {why} (specs: {', '.join(specs)}; "
+                               f"channels: {', '.join(channels)})",
+                               fix="add the missing package to a --source-channel, or set the variant so the spec "
+                                   "exists there (e.g. --variant python_min=3.12 for a channel without 3.11)")
     # the script's own last error line, before rattler-build's "Script failed with status N"
     cut = next((i for i, line in enumerate(log) if line.startswith("Script failed with status")), len(log))
     before = log[:cut]
@@ -395,6 +403,37 @@ def _build_failed(name: str, exc: Exception, log_dir: Path) -> BuildFailed:
     detail = f"{summary}: {errors[-1][:300]}" if errors else summary
     where = f"the full log is {log_file}" if log_file else "rerun with keep_build=True and read the build log"
     return BuildFailed(f"{name}: {detail}", fix=f"{where}; the build tree is kept with --keep-build")
+
+
+def _solve_blocks(log: list[str]) -> list[tuple[list[str], list[str]]]:
+    """Each (channels, specs) block rattler-build logs before a solve, in order."""
+    blocks, i = [], 0
+    while i < len(log):
+        if log[i].strip() == "Channels:":
+            channels, specs = [], []
+            i += 1
+            while i < len(log) and log[i].strip().startswith("- "):
+                channels.append(log[i].strip()[2:])
+                i += 1
+            if i < len(log) and log[i].strip() == "Specs:":
+                i += 1
+                while i < len(log) and log[i].strip().startswith("- "):
+                    specs.append(log[i].strip()[2:])
+                    i += 1
+            blocks.append((channels, specs))
+        else:
+            i += 1
+    return blocks
+
+
+def _explain_solve(log: list[str]) -> tuple[list[str], list[str], str] | None:
+    """The last solve rattler-build attempted, asked again with py-rattler for the solver's reason."""
+    blocks = _solve_blocks(log)
+    if not blocks:
+        return None
+    channels, specs = blocks[-1]
+    why = channelmod.explain_unsolvable(specs, channels) if specs else None
+    return (specs, channels, why) if why else None
 
 
 _TEST_LOG = re.compile(r"(?i)tests? passed|test failed|Running .*test|Testing ")

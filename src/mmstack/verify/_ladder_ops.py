@@ -1274,11 +1274,52 @@ CHECKS = (
 )
 
 
+# Which of upstream mmcv v2.2.0's tests (tests/ of the tag archive the recipe's test section runs)
+# exercises the same op; None where upstream has no test of it. tests/test_verify_ladder_ops.py
+# checks every op has an entry and every file exists in the archive; docs/verify.md shows both.
+UPSTREAM_TESTS: dict[str, str | None] = {
+    "roi_align": "test_ops/test_roi_align.py", "roi_pool": "test_ops/test_roi_pool.py",
+    "roi_align_rotated": "test_ops/test_roi_align_rotated.py",
+    "riroi_align_rotated": "test_ops/test_riroi_align_rotated.py",
+    "deform_roi_pool": "test_ops/test_deform_roi_pool.py", "prroi_pool": "test_ops/test_prroi_pool.py",
+    "point_sample": None, "bezier_align": "test_ops/test_bezier_align.py",
+    "border_align": "test_ops/test_border_align.py", "nms": "test_ops/test_nms.py",
+    "batched_nms": "test_ops/test_nms.py", "soft_nms": "test_ops/test_nms.py", "nms_match": "test_ops/test_nms.py",
+    "box_iou_rotated": "test_ops/test_box_iou_rotated.py", "box_iou_quadri": "test_ops/test_box_iou_quadri.py",
+    "nms_rotated": "test_ops/test_nms_rotated.py", "nms_quadri": "test_ops/test_nms_quadri.py",
+    "bbox_overlaps": "test_ops/test_bbox.py", "iou3d": "test_ops/test_iou3d.py", "iou_bev": None,
+    "diff_iou_rotated": "test_ops/test_diff_iou_rotated.py", "convex_iou": "test_ops/test_convex_iou.py",
+    "min_area_polygons": "test_ops/test_min_area_polygons.py",
+    "points_in_polygons": "test_ops/test_points_in_polygons.py",
+    "deform_conv2d": "test_ops/test_deform_conv.py", "modulated_deform_conv2d": "test_ops/test_modulated_deform_conv.py",
+    "SAConv2d": "test_ops/test_saconv.py", "masked_conv2d": "test_ops/test_masked_conv2d.py",
+    "deprecated_wrappers": "test_cnn/test_wrappers.py", "conv2d_gradfix": "test_ops/test_conv_gradfix.py",
+    "sparse_conv": "test_ops/test_spconv.py", "scatter_nd": None, "carafe": "test_ops/test_carafe.py",
+    "CrissCrossAttention": "test_ops/test_cc_attention.py", "CornerPool": "test_ops/test_corner_pool.py",
+    "PSAMask": "test_ops/test_psa_mask.py", "tin_shift": "test_ops/test_tin_shift.py",
+    "MultiScaleDeformableAttention": "test_ops/test_ms_deformable_attn.py", "SyncBatchNorm": "test_ops/test_syncbn.py",
+    "upfirdn2d": "test_ops/test_upfirdn2d.py", "bias_act": "test_ops/test_bias_act.py",
+    "fused_bias_leakyrelu": "test_ops/test_fused_bias_leakyrelu.py", "filtered_lrelu": "test_ops/test_filtered_lrelu.py",
+    "Correlation": "test_ops/test_correlation.py", "focal_loss": "test_ops/test_focal_loss.py",
+    "points_in_boxes_cpu": "test_ops/test_roiaware_pool3d.py", "points_in_boxes": "test_ops/test_roiaware_pool3d.py",
+    "knn": "test_ops/test_knn.py", "three_nn": "test_ops/test_three_nn.py",
+    "three_interpolate": "test_ops/test_three_interpolate.py", "gather_points": "test_ops/test_gather_points.py",
+    "group_points": "test_ops/test_group_points.py", "GroupAll": None, "ball_query": "test_ops/test_ball_query.py",
+    "furthest_point_sample": "test_ops/test_furthest_point_sample.py",
+    "assign_score_withk": "test_ops/test_assign_score_withk.py", "chamfer_distance": "test_ops/test_chamfer_distance.py",
+    "voxelization": "test_ops/test_voxelization.py", "dynamic_scatter": "test_ops/test_scatter_points.py",
+    "RoIAwarePool3d": "test_ops/test_roiaware_pool3d.py", "RoIPointPool3d": "test_ops/test_roipoint_pool3d.py",
+    "rotated_feature_align": "test_ops/test_rotated_feature_align.py",
+    "active_rotated_filter": "test_ops/test_active_rotated_filter.py", "pixel_group": "test_ops/test_pixel_group.py",
+    "contour_expand": "test_ops/test_contour_expand.py", "info": "test_ops/test_info.py",
+}
+
+
 def run_check(op: str, cuda_only: bool, fn, dev: str, tv) -> dict:
     """One op's record: op, device, reference(s), status, max_error, reason."""
     import torch
 
-    rec: dict[str, object] = {"op": op, "device": dev, "reason": None}
+    rec: dict[str, object] = {"op": op, "device": dev, "reason": None, "upstream_test": UPSTREAM_TESTS.get(op)}
     if cuda_only and dev == "cpu":
         rec.update(status="skip", reference=None, references=[], max_error=None,
                    reason="CUDA-only: mmcv has no CPU kernel for it")

@@ -3,7 +3,7 @@
 The mmcv recipe's test section copies `tests/` of upstream's v2.2.0 tag archive (its second
 source) and runs
 
-    python -m mmstack.verify.upstream_tests tests/test_ops [--json FILE] [pytest args...]
+    python -m mmstack.verify.upstream_tests tests/test_ops tests/test_cnn [--json FILE] [pytest args...]
 
 from the folder holding `tests/` (upstream's tests open `tests/data/...` relative to it). pytest
 runs in this process with a small plugin that records every test's outcome; the summary counts
@@ -87,20 +87,22 @@ def _tf32_off() -> bool:
     return True
 
 
-def run(tests: Path, pytest_args: list[str], *, tf32: bool = False) -> tuple[dict, int]:
+def run(tests: list[Path], pytest_args: list[str], *, tf32: bool = False) -> tuple[dict, int]:
     import pytest
 
-    if not tests.exists():
-        return {"path": str(tests), "error": f"{tests} does not exist"}, 2
+    where = " ".join(t.as_posix() for t in tests)
+    missing = [t.as_posix() for t in tests if not t.exists()]
+    if missing:
+        return {"path": where, "error": f"{', '.join(missing)} does not exist"}, 2
     tf32_off = False if tf32 else _tf32_off()
     rec = _Recorder()
     started = time.monotonic()
-    rc = pytest.main([str(tests), "-p", "no:cacheprovider", "-q", "-rfE", *pytest_args], plugins=[rec])
+    rc = pytest.main([*map(str, tests), "-p", "no:cacheprovider", "-q", "-rfE", *pytest_args], plugins=[rec])
     counts = Counter(rec.outcomes.values())
     reasons = Counter(rec.skips.values())
     failed = sorted(n for n, o in rec.outcomes.items() if o in ("failed", "error"))
     doc = {
-        "path": tests.as_posix(),
+        "path": where,
         "pytest_exit": int(rc),
         "tf32": "torch default" if tf32 else ("off" if tf32_off else "no torch"),
         "seconds": round(time.monotonic() - started, 1),
@@ -108,6 +110,7 @@ def run(tests: Path, pytest_args: list[str], *, tf32: bool = False) -> tuple[dic
         "counts": {k: counts.get(k, 0) for k in ("passed", "failed", "error", "skipped", "xfailed", "xpassed")},
         "failed": failed + rec.collect_errors,
         "skip_reasons": [{"reason": r, "tests": n} for r, n in reasons.most_common()],
+        "by_file": _by_file(rec.outcomes),
     }
     if rec.collect_errors or failed:
         status = 1
@@ -119,9 +122,17 @@ def run(tests: Path, pytest_args: list[str], *, tf32: bool = False) -> tuple[dic
     return doc, status
 
 
+def _by_file(outcomes: dict[str, str]) -> dict[str, dict[str, int]]:
+    """Outcome counts per test file (docs/verify.md puts them beside the L4 check of the same op)."""
+    out: dict[str, Counter] = {}
+    for node, outcome in outcomes.items():
+        out.setdefault(node.split("::")[0], Counter())[outcome] += 1
+    return {f: dict(sorted(c.items())) for f, c in sorted(out.items())}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m mmstack.verify.upstream_tests", description=__doc__.splitlines()[0])
-    ap.add_argument("tests", type=Path, help="upstream's tests folder (or one file of it)")
+    ap.add_argument("tests", type=Path, nargs="+", help="folders (or files) of upstream's tests")
     ap.add_argument("--json", type=Path, help="also write the summary to this file")
     ap.add_argument("--tf32", action="store_true", help="leave torch's TF32 default (on for cuDNN convolutions)")
     args, rest = ap.parse_known_args(argv)

@@ -1,0 +1,39 @@
+"""Replace the device's working paths in a results folder with names, before committing it.
+
+    python benchmarks/scrub_paths.py benchmarks/results/h200/recipe-run2
+
+Results record no machine paths: scripts/gpu-proof.sh works under $WORK (/tmp/gp), writes to
+$RES (/tmp/res) and runs from the checkout ($ROOT); logs and JSON name them as those variables.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# longest first, so /tmp/gp/x is not half-replaced by a shorter prefix
+NAMES = (("/tmp/carry/tree", "$ROOT"), ("/tmp/carry", "$CARRY"), ("/work/main", "$ROOT"), ("/tmp/gp", "$WORK"),
+         ("/tmp/res", "$RES"), ("/tmp/out", "$OUT"))
+
+
+def scrub_text(text: str) -> str:
+    for path, name in NAMES:
+        text = text.replace(path, name)
+    return text
+
+
+def main(folder: str) -> int:
+    changed = 0
+    for f in sorted(Path(folder).rglob("*")):
+        if f.is_file() and f.suffix in (".json", ".log", ".txt", ".err", ".out", "") :
+            text = f.read_text(errors="surrogateescape")
+            new = scrub_text(text)
+            if new != text:
+                f.write_text(new, errors="surrogateescape")
+                changed += 1
+    print(f"{changed} files scrubbed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))
