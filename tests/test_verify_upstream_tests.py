@@ -113,14 +113,14 @@ def test_the_build_picks_result_lines_out_of_the_log():
                  "mmstack-result {not json"):
         cb.on_log(Event(line))
     assert cb.results == [{"kind": "upstream-tests", **doc}]
-    assert recipes._describe_result(cb.results[0]).startswith("upstream tests/test_ops: 200 passed, 0 failed, 113 skipped")
+    assert recipes.describe_result(cb.results[0]).startswith("upstream tests/test_ops: 200 passed, 0 failed, 113 skipped")
 
 
 def test_the_mmcv_recipe_runs_upstream_test_ops_from_its_second_source():
     import yaml
 
     recipe = yaml.safe_load((Path(__file__).resolve().parents[1] / "recipes" / "mmcv" / "recipe.yaml").read_text())
-    sdist, tag = recipe["source"]
+    _sdist, tag = recipe["source"]
     assert tag["target_directory"] == "upstream" and "patches" not in tag
     assert tag["url"].startswith("https://github.com/open-mmlab/mmcv/archive/refs/tags/v")
     # the sha256 conda-forge's feedstock names for the same archive

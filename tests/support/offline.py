@@ -35,7 +35,8 @@ LOCAL_COPIES = (Path("/tmp/cache"),)
 MMCV_GITHUB_URL = "https://github.com/open-mmlab/mmcv/archive/refs/tags/v2.2.0.tar.gz"
 MMCV_GITHUB_SHA256 = "13b2bdab6e97799177dee568efdb2ae0bb48b1dc924a8b617416ee8a392e5348"
 MMCV_GITHUB_FILE = "mmcv-2.2.0.github.tar.gz"
-SHARED_SOURCES = tuple(Path(p) for p in (os.environ.get("MMSTACK_SHARED_SOURCES", ""),) if p) + (
+SHARED_SOURCES = (
+    *(Path(p) for p in (os.environ.get("MMSTACK_SHARED_SOURCES", ""),) if p),
     Path(__file__).resolve().parents[3] / "shared" / "sources",
     Path(__file__).resolve().parents[2] / "shared" / "sources",
 )

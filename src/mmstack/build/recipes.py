@@ -199,7 +199,7 @@ def run_build(
             say(f"[{i}/{len(rendered)}] built {name} in {seconds:.0f}s")
             tested = tuple(callback.results)
             for doc in tested:
-                say(f"[{i}/{len(rendered)}] {name}: {_describe_result(doc)}")
+                say(f"[{i}/{len(rendered)}] {name}: {describe_result(doc)}")
             built.extend((Path(p), result, seconds, tested) for p in result.packages)
         landed = channelmod.add_packages(channel_path, [p for p, _, _, _ in built])
     finally:
@@ -214,17 +214,13 @@ def run_build(
     ]
 
 
-def _describe_result(doc: dict) -> str:
+def describe_result(doc: dict) -> str:
     """One line for a recipe test's result document (upstream's pytest summary)."""
     if doc.get("kind") == "upstream-tests":
         c = doc.get("counts", {})
         return (f"upstream {doc.get('path')}: {c.get('passed', 0)} passed, {c.get('failed', 0)} failed, "
                 f"{c.get('skipped', 0)} skipped ({len(doc.get('skip_reasons', []))} skip reasons)")
-    return f"{doc.get('kind')}: {json_keys(doc)}"
-
-
-def json_keys(doc: dict) -> str:
-    return ", ".join(sorted(k for k in doc if k != "kind"))
+    return f"{doc.get('kind')}: " + ", ".join(sorted(k for k in doc if k != "kind"))
 
 
 def run_stack_build(

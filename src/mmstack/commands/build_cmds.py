@@ -7,7 +7,16 @@ from pathlib import Path
 
 from mmstack import report
 from mmstack.build.channel import index_channel, require_reachable
-from mmstack.build.recipes import ALL, DEFAULT_CHANNELS, STACK, recipe_path, render, run_stack_build, selection_for_env
+from mmstack.build.recipes import (
+    ALL,
+    DEFAULT_CHANNELS,
+    STACK,
+    describe_result,
+    recipe_path,
+    render,
+    run_stack_build,
+    selection_for_env,
+)
 from mmstack.errors import BadInput
 
 
@@ -50,6 +59,11 @@ def run_build_cmd(*, root: Path, channel: Path, env: str | None, build_all: bool
             for b in built]
     report.print_table(["package", "version", "build", "arch", "time", "file"], rows,
                        title=f"built into {channel.resolve()}")
+    for b in built:
+        for doc in b.test_results:  # upstream's pytest counts, skips by reason
+            report.info(f"{b.name} {b.build_string}: {describe_result(doc)}")
+            for item in doc.get("skip_reasons", []):
+                report.info(f"  skipped {item['tests']}: {item['reason']}")
     report.info(install_hint(channel, [b.name for b in built]))
     return 0
 

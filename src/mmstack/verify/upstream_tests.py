@@ -48,7 +48,7 @@ class _Recorder:
         self.skips: dict[str, str] = {}
         self.collect_errors: list[str] = []
 
-    def pytest_collectreport(self, report) -> None:  # noqa: D401 - pytest hook
+    def pytest_collectreport(self, report) -> None:
         if report.failed:
             self.collect_errors.append(report.nodeid or "<collection>")
 
