@@ -127,10 +127,11 @@ def test_cpu_variant_builds_with_its_tests_into_the_channel(built_channel):
     repodata = json.loads((ch / "linux-64" / "repodata.json").read_text())
     (record,) = [r for r in repodata["packages.conda"].values() if r["name"] == "mmcv"]
     # conda-forge's idiom: the run pin comes from pytorch's run_exports, the build type from
-    # run_constrained; the sysroot 2.17 stand-in's run-export says which glibc it needs
+    # run_constrained; the sysroot stand-in's run-export says which glibc the package needs: this
+    # machine's (it has no 2.17 sysroot), never a floor older than what the binary links against
     assert "pytorch >=2.13.0,<2.14.0a0" in record["depends"], record["depends"]
     assert "pytorch * cpu*" in record["constrains"], record.get("constrains")
-    assert "__glibc >=2.17,<3.0.a0" in record["depends"]
+    assert f"__glibc >={bootstrap.stand_in_glibc_floor('2.17')},<3.0.a0" in record["depends"], record["depends"]
     assert not any(d.startswith("__cuda") for d in record["depends"])
     # the recipe's test section ran upstream's tests/test_ops and test_cnn (the tag archive) in the sandbox: on
     # this CPU machine their CPU cases pass and the CUDA ones skip, each skip reason counted
@@ -274,3 +275,105 @@ def test_l5_trains_a_detector_and_two_ranks_in_the_installed_prefix(installed_pr
     dist = l5["evidence"]["distributed"]
     assert dist["backend"] == "gloo" and dist["world_size"] == 2 and dist["params_agree"] is True
     _say(f"L5 in the prefix: {l5['reason']}")
+
+
+# Strings only a build directory has: the e2e work dir (.tmp-mmcv-cpu-*), run_build's output dir
+# (mmstack-build-*) and rattler-build's own per-build dir (rattler-build_<name>_<ts>).
+_BUILD_MARKERS = (b".tmp-mmcv-cpu-", b"mmstack-build-", b"/rattler-build_")
+# rattler-build's rendered recipe records its build directories (build_configuration.directories),
+# as in every rattler-build package; conda never installs info/ into an environment.
+_ENGINE_RECORD = "info/recipe/rendered_recipe.yaml"
+
+
+def _conda_members(path: Path):
+    """(name, bytes) of every file in a .conda (its pkg- and info- archives)."""
+    import io
+    import tarfile
+    import zipfile
+
+    import zstandard
+
+    with zipfile.ZipFile(path) as z:
+        for inner in z.namelist():
+            if not inner.endswith(".tar.zst"):
+                continue
+            stream = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(z.read(inner)))
+            with tarfile.open(fileobj=stream, mode="r|") as tar:
+                for m in tar:
+                    if m.isfile():
+                        yield m.name, tar.extractfile(m).read()
+
+
+def test_no_built_package_names_a_build_directory(built_channel):
+    """issue 26: no direct_url.json (pip's record of the source dir), and no file names the build
+    or host prefix except those conda rewrites at install (info/paths.json prefix_placeholder)."""
+    for pkg in built_channel["packages"]:
+        members = dict(_conda_members(Path(built_channel["channel"]) / pkg["path"]))
+        assert not [n for n in members if n.endswith("direct_url.json")], pkg["path"]
+        paths = json.loads(members["info/paths.json"])["paths"]
+        rewritten = {p["_path"] for p in paths if p.get("prefix_placeholder")}
+        leaks = sorted(n for n, data in members.items()
+                       if n != _ENGINE_RECORD and n not in rewritten and any(m in data for m in _BUILD_MARKERS))
+        assert leaks == [], (pkg["path"], leaks)
+
+
+def test_no_installed_distribution_records_a_build_directory(installed_prefix):
+    """What `pip freeze` reads: a direct_url.json makes it print `NAME @ file://<build dir>`."""
+    code = ("import importlib.metadata as m, json\n"
+            "print(json.dumps({d.metadata['Name']: d.read_text('direct_url.json') for d in m.distributions()}))")
+    run = subprocess.run([str(installed_prefix / "bin" / "python"), "-c", code], capture_output=True, text=True,
+                         timeout=300, env=_clean_env())
+    assert run.returncode == 0, run.stderr[-2000:]
+    dists = json.loads(run.stdout)
+    assert {"mmcv", "mmdet", "mmstack"} <= set(dists), sorted(dists)
+    assert {name: url for name, url in dists.items() if url} == {}
+
+
+# glibc's own libraries: provided by the system, declared through `__glibc` (the sysroot's run-export)
+_GLIBC_LIBS = {"libc.so.6", "libm.so.6", "libpthread.so.0", "libdl.so.2", "librt.so.1", "libutil.so.1",
+               "ld-linux-x86-64.so.2", "libresolv.so.2"}
+
+
+def _run_closure(records: dict, name: str) -> set[str]:
+    """`name` and every package its run requirements pull in, by name, from conda-meta records."""
+    seen, todo = set(), [name]
+    while todo:
+        pkg = todo.pop()
+        if pkg in seen or pkg not in records:
+            continue
+        seen.add(pkg)
+        todo += [d.split()[0] for d in records[pkg].get("depends", [])]
+    return seen
+
+
+def test_every_library_the_ext_needs_comes_from_a_run_dependency(installed_prefix):
+    """issue 26: each DT_NEEDED of every ELF file mmcv installs is a file of a package in mmcv's
+    run-dependency closure (libstdc++ from libstdcxx, libgomp/libgcc_s from libgcc, libc10 from
+    pytorch...), or glibc's own with `__glibc` declared; nothing loads from the host by accident."""
+    from mmstack.facts import elf
+
+    records = {}
+    for meta in (installed_prefix / "conda-meta").glob("*.json"):
+        rec = json.loads(meta.read_text())
+        if "name" in rec:
+            records[rec["name"]] = rec
+    owner = {Path(f).name: name for name, rec in records.items() for f in rec.get("files", [])}
+    closure = _run_closure(records, "mmcv")
+    mmcv = records["mmcv"]
+    assert any(d.startswith("__glibc ") for d in mmcv["depends"]), mmcv["depends"]
+    problems, checked = [], 0
+    for rel in mmcv["files"]:
+        path = installed_prefix / rel
+        try:
+            needed = elf.needed(str(path))
+        except (elf.ElfError, OSError):
+            continue  # not an ELF file
+        checked += 1
+        for lib in needed:
+            if lib in _GLIBC_LIBS:
+                continue
+            if owner.get(lib) not in closure:
+                problems.append(f"{rel}: {lib} from {owner.get(lib) or 'no package (the host)'}")
+    assert checked >= 1, "mmcv installs its _ext"
+    assert problems == [], problems
+    assert {"libstdcxx", "libgcc", "pytorch"} <= closure, sorted(closure)

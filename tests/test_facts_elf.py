@@ -80,3 +80,58 @@ def test_this_python_is_readable():
         pytest.skip(f"{exe} is not ELF")
     with open(exe, "rb") as f:
         assert any(s.name == ".text" for s in elf.Elf(f).sections())
+
+
+@pytest.mark.skipif(not OBJECTS, reason="no shared objects found next to this python")
+@pytest.mark.parametrize("path", OBJECTS, ids=lambda p: Path(p).name)
+def test_version_needs_agree_with_pyelftools(path):
+    from elftools.elf.gnuversions import GNUVerNeedSection
+
+    with open(path, "rb") as f:
+        ref = {}
+        for sec in ELFFile(f).iter_sections():
+            if isinstance(sec, GNUVerNeedSection):
+                for verneed, auxes in sec.iter_versions():
+                    ref.setdefault(verneed.name, []).extend(a.name for a in auxes)
+        f.seek(0)
+        ours = elf.Elf(f).version_needs()
+    assert {k: sorted(v) for k, v in ours.items()} == {k: sorted(v) for k, v in ref.items()}
+
+
+def _compile(tmp_path: Path, name: str, body: str) -> Path:
+    """A real shared object made by this machine's gcc."""
+    import shutil
+    import subprocess
+
+    if not shutil.which("gcc"):
+        pytest.skip("no gcc on this machine")
+    src = tmp_path / f"{name}.c"
+    src.write_text(body)
+    out = tmp_path / f"{name}.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-O1", "-o", str(out), str(src)], check=True)
+    return out
+
+
+NEW_GLIBC = """
+#include <sys/single_threaded.h>
+int st(void) { return __libc_single_threaded; }   /* GLIBC_2.32 */
+"""
+OLD_GLIBC = """
+#include <string.h>
+int n(const char *s) { return (int) strlen(s); }  /* GLIBC_2.2.5 */
+"""
+
+
+def test_glibc_needed_is_the_newest_glibc_symbol_version(tmp_path):
+    """issue 26: the real CPU _ext needed GLIBC_2.32 through __libc_single_threaded."""
+    if elf.glibc_version_key(os.confstr("CS_GNU_LIBC_VERSION").split()[-1]) < (2, 32):
+        pytest.skip("this glibc is older than 2.32")
+    new = _compile(tmp_path, "new", NEW_GLIBC)
+    assert elf.glibc_needed(str(new)) == "2.32"
+    with open(new, "rb") as f:
+        assert "GLIBC_2.32" in elf.Elf(f).version_needs()["libc.so.6"]
+    assert elf.glibc_version_key(elf.glibc_needed(str(_compile(tmp_path, "old", OLD_GLIBC)))) < (2, 32)
+    assert elf.glibc_needed(sys.executable if Path(sys.executable).suffix != ".so" else "/bin/sh")
+    text = tmp_path / "not-elf.so"
+    text.write_text("not an ELF file")
+    assert elf.glibc_needed(str(text)) is None

@@ -177,6 +177,12 @@ fi
 # --no-build-isolation: in an isolated build env torch is missing, setup.py prints "Skip
 # building ext ops" and installs mmcv without _ext (open-mmlab/mmcv#3310).
 "${PYTHON}" -m pip install . --no-deps --no-build-isolation -vv
+# pip records the source directory it installed from (file:///.../work) in direct_url.json:
+# `pip freeze` would print `NAME @ file://...` and the package would carry the builder's paths
+# (issue 26); drop it and its RECORD line. SP_DIR is set by conda tools; outside them, nothing to do.
+if [[ -n "${SP_DIR:-}" ]]; then
+  for f in "$SP_DIR"/*.dist-info/direct_url.json; do [ -e "$f" ] || continue; d="$(dirname "$f")"; rm "$f"; sed -i "\#^$(basename "$d")/direct_url.json,#d" "$d/RECORD"; done
+fi
 
 # --- check what was installed ---------------------------------------------------------------
 set +x

@@ -61,6 +61,19 @@ PY_PIN = f"python >={PY},<{sys.version_info.major}.{sys.version_info.minor + 1}.
 TORCH_WHEEL_GLOB = f"/opt/wheels/torch-*+cpu-cp{PY_TAG}-cp{PY_TAG}-*.whl"
 # conda-forge's c_stdlib_version values: 2.17 in general, 2.28 for CUDA 13.0 (conda_build_config.yaml)
 SYSROOT_VERSIONS = ("2.17", "2.28")
+
+
+def host_glibc() -> str:
+    """This machine's glibc ("2.36"): what the stand-in compilers really link against."""
+    return os.confstr("CS_GNU_LIBC_VERSION").split()[-1]
+
+
+def stand_in_glibc_floor(sysroot: str) -> str:
+    """The `__glibc` floor a stand-in sysroot_linux-64 exports. conda-forge's sysroot N links
+    packages against glibc N, so they run on glibc >= N; the stand-ins have no sysroot and link
+    against this machine's glibc, so their packages declare that instead (issue 26: a 2.17 label on
+    a binary needing GLIBC_2.32 would install where it cannot load)."""
+    return max(sysroot, host_glibc(), key=lambda v: tuple(int(x) for x in v.split(".")))
 # Set while building against this channel: the mmcv recipe then leaves torchvision out of its tests.
 NO_TORCHVISION_ENV = "MMSTACK_NO_TORCHVISION"
 SUMMARY = "STAND-IN (mmstack tests/support/bootstrap.py, not conda-forge's)"
@@ -310,7 +323,7 @@ def build_stubs(channel: Path, recipes: Path, *, gcc: str, gxx: str, log: Log = 
     version = system_gcc_version()
     recipe_dir = recipes / "stubs"
     recipe_dir.mkdir(parents=True)
-    sysroots = "".join(_SYSROOT_OUTPUT.format(sysroot=v) for v in SYSROOT_VERSIONS)
+    sysroots = "".join(_SYSROOT_OUTPUT.format(sysroot=v, floor=stand_in_glibc_floor(v)) for v in SYSROOT_VERSIONS)
     (recipe_dir / "recipe.yaml").write_text(_STUBS_RECIPE.format(gcc=gcc, gxx=gxx, gcc_version=version) + sysroots)
     _build_recipe(recipe_dir, channel, log=log)
 
@@ -412,6 +425,45 @@ grep -rlIF --null "$SRC_PREFIX" "$PREFIX" | xargs -0 -r sed -i "s|$SRC_PREFIX|$P
 "$PREFIX/bin/python$PY_VER" -c "import sys, ssl, sqlite3, ctypes, zlib, lzma, bz2; print(sys.prefix)"
 """
 
+# conda-forge's compiler runtimes, as packages of this machine's own libraries (the system gcc's
+# libgcc_s, libgomp and libstdc++): what the stub compilers' run_exports name, so a built package
+# declares every library its binaries need (issue 26) and its environment loads them from the prefix.
+RUNTIME_OUTPUTS = """\
+  - package:
+      name: libgcc
+      version: "{gcc_version}"
+    build:
+      number: 0
+      string: mmstack_standin_0
+      # system libraries without a RUNPATH: nothing to relocate (and no patchelf offline)
+      dynamic_linking:
+        binary_relocation: false
+      script:
+        content: |
+          mkdir -p "$PREFIX/lib"
+          for so in libgcc_s.so.1 libgomp.so.1; do cp -L "$({gcc} -print-file-name=$so)" "$PREFIX/lib/$so"; done
+    about:
+      summary: "{stand_in}: libgcc_s.so.1 and libgomp.so.1 of this machine's gcc {gcc_version}"
+  - package:
+      name: libstdcxx
+      version: "{gcc_version}"
+    build:
+      number: 0
+      string: mmstack_standin_0
+      # system libraries without a RUNPATH: nothing to relocate (and no patchelf offline)
+      dynamic_linking:
+        binary_relocation: false
+      script:
+        content: |
+          mkdir -p "$PREFIX/lib"
+          cp -L "$({gxx} -print-file-name=libstdc++.so.6)" "$PREFIX/lib/libstdc++.so.6"
+    requirements:
+      run:
+        - libgcc =={gcc_version}
+    about:
+      summary: "{stand_in}: libstdc++.so.6 of this machine's g++ {gcc_version}"
+"""
+
 _STUBS_RECIPE = """\
 # TEST SUPPORT ONLY: stand-ins for conda-forge's compiler and sysroot packages, so a recipe's
 # compiler('c'), compiler('cxx') and stdlib('c') resolve offline. They install no compiler: the
@@ -434,6 +486,11 @@ outputs:
           export CC="{gcc}"
           export CC_FOR_BUILD="{gcc}"
           EOF
+    requirements:
+      run_exports:
+        strong:
+          # conda-forge's gcc exports its runtime (libgcc_s, libgomp) the same way
+          - libgcc >={gcc_version}
     about:
       summary: "STAND-IN (mmstack tests/support/bootstrap.py): activation pointing CC at {gcc}"
   - package:
@@ -453,9 +510,13 @@ outputs:
     requirements:
       run:
         - gcc_linux-64 =={gcc_version}
+      run_exports:
+        strong:
+          # conda-forge's gxx exports libstdcxx the same way
+          - libstdcxx >={gcc_version}
     about:
       summary: "STAND-IN (mmstack tests/support/bootstrap.py): activation pointing CXX at {gxx}"
-"""
+""" + RUNTIME_OUTPUTS.replace("{stand_in}", "STAND-IN (mmstack tests/support/bootstrap.py)")
 
 _SYSROOT_OUTPUT = """\
   - package:
@@ -468,14 +529,15 @@ _SYSROOT_OUTPUT = """\
       script:
         content: |
           mkdir -p "$PREFIX/share/mmstack-test-stubs"
-          echo "STAND-IN (mmstack tests): no sysroot; the system glibc is used" \\
+          echo "STAND-IN (mmstack tests): no sysroot; the system glibc {floor} is used" \\
             > "$PREFIX/share/mmstack-test-stubs/sysroot_linux-64.txt"
     requirements:
       run_exports:
         strong:
-          - __glibc >={sysroot},<3.0.a0
+          # not conda-forge's {sysroot}: the packages link against this machine's glibc
+          - __glibc >={floor},<3.0.a0
     about:
-      summary: "STAND-IN (mmstack tests/support/bootstrap.py): sysroot_linux-64 {sysroot}"
+      summary: "STAND-IN (mmstack tests/support/bootstrap.py): sysroot_linux-64 {sysroot} label, links against glibc {floor}"
 """
 
 
@@ -506,6 +568,7 @@ def _cache_key(torch_wheel: Path, gcc: str) -> str:
         "torch": [torch_wheel.name, st.st_size],
         "python": [sys.base_prefix, sys.version],
         "gcc": gcc,
+        "glibc": host_glibc(),
         "rattler_build": rattler_build.rattler_build_version(),
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:12]

@@ -480,9 +480,11 @@ def build_compiler_stubs(channel: Path, recipes: Path) -> None:
     gcc, gxx = bootstrap._compilers()
     recipe_dir = recipes / "stubs"
     recipe_dir.mkdir(parents=True)
-    sysroots = "".join(_SYSROOT_OUTPUT.format(stand_in=STAND_IN, sysroot=v) for v in bootstrap.SYSROOT_VERSIONS)
+    sysroots = "".join(_SYSROOT_OUTPUT.format(stand_in=STAND_IN, sysroot=v, floor=bootstrap.stand_in_glibc_floor(v))
+                       for v in bootstrap.SYSROOT_VERSIONS)
     (recipe_dir / "recipe.yaml").write_text(_STUBS_RECIPE.format(
-        stand_in=STAND_IN, gcc=gcc, gxx=gxx, gcc_version=bootstrap.system_gcc_version()) + sysroots)
+        stand_in=STAND_IN, gcc=gcc, gxx=gxx, gcc_version=bootstrap.system_gcc_version()) + sysroots
+        + bootstrap.RUNTIME_OUTPUTS.format(stand_in=STAND_IN, gcc=gcc, gxx=gxx, gcc_version=bootstrap.system_gcc_version()))
     bootstrap._build_recipe(recipe_dir, channel, log=print)
 
 
@@ -515,6 +517,10 @@ outputs:
           export CFLAGS="{cflags} ${{CFLAGS:-}}" CPPFLAGS="-DNDEBUG -D_FORTIFY_SOURCE=2 -O2 ${{CPPFLAGS:-}}"
           export LDFLAGS="{ldflags} ${{LDFLAGS:-}}"
           EOF
+    requirements:
+      run_exports:
+        strong:
+          - libgcc >={gcc_version}
     about:
       summary: "{stand_in}: gcc_linux-64 activation pointing at {gcc}"
       description: "{stand_in}. Not conda-forge's compiler: an activation script pointing CC at this machine's {gcc}."
@@ -535,6 +541,9 @@ outputs:
     requirements:
       run:
         - gcc_linux-64 =={gcc_version}
+      run_exports:
+        strong:
+          - libstdcxx >={gcc_version}
     about:
       summary: "{stand_in}: gxx_linux-64 activation pointing at {gxx}"
       description: "{stand_in}. Not conda-forge's compiler: an activation script pointing CXX at this machine's {gxx}."
@@ -551,14 +560,15 @@ _SYSROOT_OUTPUT = """\
       script:
         content: |
           mkdir -p "$PREFIX/share/mmstack-standin"
-          echo "{stand_in}: no sysroot; the system glibc is used" > "$PREFIX/share/mmstack-standin/sysroot_linux-64.txt"
+          echo "{stand_in}: no sysroot; the system glibc {floor} is used" > "$PREFIX/share/mmstack-standin/sysroot_linux-64.txt"
     requirements:
       run_exports:
         strong:
-          - __glibc >={sysroot},<3.0.a0
+          # not conda-forge's {sysroot}: the packages link against this machine's glibc
+          - __glibc >={floor},<3.0.a0
     about:
-      summary: "{stand_in}: sysroot_linux-64 {sysroot} without a sysroot (the system glibc)"
-      description: "{stand_in}. Carries conda-forge's __glibc run-export only."
+      summary: "{stand_in}: sysroot_linux-64 {sysroot} without a sysroot (links against the system glibc {floor})"
+      description: "{stand_in}. Exports __glibc >={floor}, the glibc packages built with it really need."
 """
 _STUBS_RECIPE = _STUBS_RECIPE.replace("{cflags}", _CFLAGS).replace("{cxxflags}", _CXXFLAGS).replace("{ldflags}", _LDFLAGS)
 

@@ -18,6 +18,7 @@ from typing import BinaryIO
 MAGIC = b"\x7fELF"
 SHT_NOBITS = 8
 SHT_DYNSYM = 11
+SHT_GNU_VERNEED = 0x6FFFFFFE
 PT_LOAD, PT_DYNAMIC = 1, 2
 DT_NEEDED, DT_STRTAB, DT_RPATH, DT_RUNPATH = 1, 5, 15, 29
 
@@ -138,6 +139,55 @@ class Elf:
                     name, shndx = struct.unpack_from(self.endian + "I", table, i)[0], struct.unpack_from(self.endian + "H", table, i + 14)[0]
                 if shndx != 0:
                     yield _cstr(names, name)
+
+
+    def version_needs(self) -> dict[str, list[str]]:
+        """.gnu.version_r: each needed library and the symbol versions it must define
+        ({"libc.so.6": ["GLIBC_2.2.5", "GLIBC_2.32"], ...}); the same layout for 32 and 64 bit."""
+        sections = self.sections()
+        out: dict[str, list[str]] = {}
+        for sec in sections:
+            if sec.type != SHT_GNU_VERNEED or sec.link >= len(sections):
+                continue
+            strtab = sections[sec.link]
+            names = self._read(strtab.offset, strtab.size, "version string table")
+            table = self._read(sec.offset, sec.size, ".gnu.version_r")
+            at = 0
+            while at + 16 <= len(table):
+                _, cnt, file, aux, nxt = struct.unpack_from(self.endian + "HHIII", table, at)
+                versions = out.setdefault(_cstr(names, file), [])
+                a = at + aux
+                for _ in range(cnt):
+                    if a + 16 > len(table):
+                        raise ElfError(".gnu.version_r entry runs past its section")
+                    _, _, _, name, anext = struct.unpack_from(self.endian + "IHHII", table, a)
+                    versions.append(_cstr(names, name))
+                    if not anext:
+                        break
+                    a += anext
+                if not nxt:
+                    break
+                at += nxt
+        return out
+
+
+def glibc_version_key(version: str) -> tuple[int, ...]:
+    """"GLIBC_2.32" or "2.32" -> (2, 32)."""
+    return tuple(int(x) for x in version.removeprefix("GLIBC_").split(".") if x.isdigit())
+
+
+def glibc_needed(path: str) -> str | None:
+    """The newest GLIBC_x.y symbol version an ELF file needs from any library ("2.32"): the oldest
+    glibc it loads on. None when it needs no versioned glibc symbol (or is no ELF)."""
+    with open(path, "rb") as f:
+        try:
+            needs = Elf(f).version_needs()
+        except ElfError:
+            return None
+    versions = [v for vs in needs.values() for v in vs if v.startswith("GLIBC_") and glibc_version_key(v)]
+    if not versions:
+        return None
+    return max(versions, key=glibc_version_key).removeprefix("GLIBC_")
 
 
 def _cstr(table: bytes, at: int) -> str:

@@ -24,6 +24,7 @@ import importlib.util
 import json
 import math
 import os
+import re
 import sys
 import time
 import traceback
@@ -144,6 +145,52 @@ def elf_dynamic(path: str) -> dict | None:
     return _load_by_path("_mmstack_elf", ELF_FILE).dynamic(path)
 
 
+def _glibc_key(v: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in v.split(".") if x.isdigit())
+
+
+def declared_glibc(ext_file: str, prefix: str | None = None) -> tuple[str | None, str | None]:
+    """(floor, package) from the `__glibc >=X` run requirement of the conda package that installed
+    `ext_file` (its prefix's conda-meta/*.json); (None, None) outside a conda prefix."""
+    prefix = prefix or sys.prefix
+    meta = os.path.join(prefix, "conda-meta")
+    if not os.path.isdir(meta):
+        return None, None
+    rel = os.path.relpath(os.path.realpath(ext_file), os.path.realpath(prefix))
+    for name in sorted(os.listdir(meta)):
+        if not name.endswith(".json"):
+            continue
+        try:
+            with open(os.path.join(meta, name), encoding="utf-8") as fh:
+                rec = json.load(fh)
+        except (OSError, ValueError):
+            continue
+        if rel not in (rec.get("files") or []):
+            continue
+        for dep in rec.get("depends") or []:
+            m = re.match(r"__glibc\s*>=\s*([\d.]+)", dep)
+            if m:
+                return m.group(1), f"{rec.get('name')}-{rec.get('version')}-{rec.get('build')}"
+        return None, f"{rec.get('name')}-{rec.get('version')}-{rec.get('build')}"
+    return None, None
+
+
+def glibc_check(ext_file: str, prefix: str | None = None) -> tuple[dict, str | None]:
+    """The glibc the ext needs (its GLIBC_x.y symbol versions) against the system's and against
+    the floor its conda package declares; a failure message when the package understates it."""
+    needed = _load_by_path("_mmstack_elf", ELF_FILE).glibc_needed(ext_file)
+    try:
+        system = os.confstr("CS_GNU_LIBC_VERSION").split()[-1]
+    except (ValueError, OSError, AttributeError, IndexError):
+        system = None
+    declared, package = declared_glibc(ext_file, prefix)
+    evidence = {"glibc_needed": needed, "glibc_system": system, "glibc_declared": declared, "package": package}
+    if needed and declared and _glibc_key(needed) > _glibc_key(declared):
+        return evidence, (f"mmcv._ext needs glibc {needed} (GLIBC_{needed} symbols) but its package declares "
+                          f"__glibc >={declared} ({package})")
+    return evidence, None
+
+
 class _LinkMap(ctypes.Structure):
     _fields_ = [("l_addr", ctypes.c_void_p), ("l_name", ctypes.c_char_p)]
 
@@ -211,6 +258,11 @@ def level_l3(out: _Out, opts: dict) -> None:
             found, missing = resolve_needed(dyn)
             out.evidence(libraries=found, missing_libraries=missing)
             failures += [msg or f"{name}: cannot open shared object file" for name, msg in missing.items()]
+            out.step("glibc needed vs declared")
+            glibc, understated = glibc_check(ext_file)
+            out.evidence(glibc=glibc)
+            if understated:
+                failures.append(understated)
     torch = sys.modules.get("torch")
     if torch is not None:
         out.evidence(torch_version=torch.__version__, torch_cuda=torch.version.cuda,

@@ -134,6 +134,14 @@ TABLE: tuple[Rule, ...] = (
         " lib/ ahead of the system's (do not put /usr/lib on LD_LIBRARY_PATH)",
     ),
     Rule(
+        "glibc-floor-understated",
+        r"needs glibc (?P<needed>[\d.]+) \(GLIBC_[\d.]+ symbols\) but its package declares __glibc >=(?P<declared>[\d.]+)",
+        "the mmcv package was linked against glibc {needed} but declares __glibc >={declared}: conda installs it on"
+        " glibc {declared} systems, where its ops cannot load",
+        "rebuild it against a sysroot matching its c_stdlib_version (conda-forge's sysroot_linux-64 {declared}),"
+        " or raise its __glibc run requirement to {needed}; meanwhile run it only on glibc >= {needed}",
+    ),
+    Rule(
         "glibc-too-old",
         r"(?P<symbol>GLIBC_[\d.]+)'? not found",
         "the system glibc is older than the one the binary was built against (needs {symbol})",
