@@ -377,3 +377,12 @@ def test_every_library_the_ext_needs_comes_from_a_run_dependency(installed_prefi
     assert checked >= 1, "mmcv installs its _ext"
     assert problems == [], problems
     assert {"libstdcxx", "libgcc", "pytorch"} <= closure, sorted(closure)
+
+
+def test_stand_in_noarch_packages_create_their_console_scripts(installed_prefix):
+    """issue 26: the stand-in noarch packages carry info/link.json like conda-forge's, so installing
+    them creates their entry points (yapf, a run requirement of mmcv, has one)."""
+    yapf = installed_prefix / "bin" / "yapf"
+    assert yapf.is_file(), sorted(p.name for p in (installed_prefix / "bin").iterdir())
+    run = subprocess.run([str(yapf), "--version"], capture_output=True, text=True, timeout=120, env=_clean_env())
+    assert run.returncode == 0 and run.stdout.startswith("yapf 0.43"), (run.stdout, run.stderr[-1000:])

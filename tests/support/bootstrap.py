@@ -271,6 +271,9 @@ def repack_wheel(whl: Path, wheel: Wheel, channel: Path, stage_root: Path, *, lo
     for dist_info in site.glob("*.dist-info"):
         (dist_info / "INSTALLER").write_text("conda\n")  # pip then leaves it alone
     digest = _short_hash(whl.name)
+    # conda-forge's noarch python packages list their console scripts in info/link.json and conda
+    # (or rattler) writes bin/<name> at install; pip made them from the wheel, assemble_package cannot
+    scripts = console_scripts(site) if pure else []
     if pure:
         depends = [f"python >={PY}", *wheel.depends]
         build_string = build_string or f"pyh{digest}_0"
@@ -287,6 +290,9 @@ def repack_wheel(whl: Path, wheel: Wheel, channel: Path, stage_root: Path, *, lo
         compression_level=1, timestamp=STAMP,
     )
     shutil.rmtree(stage, ignore_errors=True)
+    if scripts:
+        add_info_json(Path(out.path), "link.json",
+                      {"noarch": {"type": "python", "entry_points": scripts}, "package_metadata_version": 1})
     if time.monotonic() - started > 5:
         log(f"repacked {whl.name} in {time.monotonic() - started:.0f}s")
     return out.path
@@ -331,6 +337,25 @@ def build_stubs(channel: Path, recipes: Path, *, gcc: str, gxx: str, log: Log = 
 def add_run_exports(pkg: Path, run_exports: dict) -> None:
     """Add info/run_exports.json to a .conda (assemble_package cannot): what rattler-build reads
     from a host dependency to extend the run requirements of the package it builds."""
+    add_info_json(pkg, "run_exports.json", run_exports)
+
+
+def console_scripts(site: Path) -> list[str]:
+    """A wheel's [console_scripts] as conda's link.json lists them ("name = module:func")."""
+    import configparser
+
+    scripts: list[str] = []
+    for ep in sorted(site.glob("*.dist-info/entry_points.txt")):
+        cfg = configparser.ConfigParser(delimiters=("=",), interpolation=None)
+        cfg.optionxform = str  # type: ignore[assignment,method-assign]
+        cfg.read_string(ep.read_text())
+        if cfg.has_section("console_scripts"):
+            scripts += [f"{k.strip()} = {v.strip()}" for k, v in cfg.items("console_scripts")]
+    return scripts
+
+
+def add_info_json(pkg: Path, name: str, doc: dict) -> None:
+    """Add info/<name> (a JSON document) to a .conda's info archive."""
     import io
     import tarfile
 
@@ -346,8 +371,8 @@ def add_run_exports(pkg: Path, run_exports: dict) -> None:
                 with tarfile.open(fileobj=io.BytesIO(raw)) as tin, tarfile.open(fileobj=out, mode="w") as tout:
                     for member in tin.getmembers():
                         tout.addfile(member, tin.extractfile(member) if member.isfile() else None)
-                    body = json.dumps(run_exports).encode()
-                    info = tarfile.TarInfo("info/run_exports.json")
+                    body = json.dumps(doc).encode()
+                    info = tarfile.TarInfo(f"info/{name}")
                     info.size, info.mtime, info.mode = len(body), int(STAMP.timestamp()), 0o644
                     tout.addfile(info, io.BytesIO(body))
                 data = zstandard.ZstdCompressor(level=3).compress(out.getvalue())
