@@ -28,6 +28,8 @@ EXAMPLES = [
     ("ImportError: /env/lib/libstdc++.so.6: version `GLIBCXX_3.4.32' not found (required by _ext.so)", {},
      "libstdcxx-too-old", ["GLIBCXX_3.4.32", "libstdcxx-ng"]),
     ("ImportError: /lib64/libc.so.6: version `GLIBC_2.34' not found", {}, "glibc-too-old", ["GLIBC_2.34", "sysroot"]),
+    ("Intel oneMKL FATAL ERROR: Cannot load /p/lib/python3.12/site-packages/torch/lib/libtorch_cpu.so.", {},
+     "onemkl-cannot-load", ["libtorch_cpu.so", "ulimit -v", "rerun"]),
     ("mmcv._ext needs glibc 2.32 (GLIBC_2.32 symbols) but its package declares __glibc >=2.17 (mmcv-2.2.0-cpu_py311_h0_0)",
      {}, "glibc-floor-understated", ["2.32", "__glibc >=2.17", "sysroot_linux-64 2.17"]),
     ("ImportError: _ext.so: undefined symbol: _ZN3c106detail14torchCheckFailEPKcS2_jRKSs", H100, "torch-abi-mismatch",

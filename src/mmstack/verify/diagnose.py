@@ -134,6 +134,17 @@ TABLE: tuple[Rule, ...] = (
         " lib/ ahead of the system's (do not put /usr/lib on LD_LIBRARY_PATH)",
     ),
     Rule(
+        # issue 20: seen once on the H200 (L1 of a ladder started from a detached shell while a
+        # 16-job CUDA build ran); the same command passed minutes later in the foreground, and under
+        # setsid/nohup with an identical environment (benchmarks/results/h200/recipe-run2/mkl_probe.json)
+        "onemkl-cannot-load",
+        r"(?:Intel oneMKL|Intel MKL) FATAL ERROR: Cannot load (?P<lib>\S+)",
+        "the oneMKL inside torch could not load {lib}: a library torch ships failed to map at that moment"
+        " (not something mmcv or mmstack loads)",
+        "rerun the level; if it repeats, check `ulimit -v` / `ulimit -n` and free memory (a parallel build"
+        " can exhaust them) and that {lib} exists and is readable; reinstall pytorch if it is missing",
+    ),
+    Rule(
         "glibc-floor-understated",
         r"needs glibc (?P<needed>[\d.]+) \(GLIBC_[\d.]+ symbols\) but its package declares __glibc >=(?P<declared>[\d.]+)",
         "the mmcv package was linked against glibc {needed} but declares __glibc >={declared}: conda installs it on"
