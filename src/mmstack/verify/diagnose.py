@@ -138,7 +138,7 @@ TABLE: tuple[Rule, ...] = (
         # 16-job CUDA build ran); the same command passed minutes later in the foreground, and under
         # setsid/nohup with an identical environment (benchmarks/results/h200/recipe-run2/mkl_probe.json)
         "onemkl-cannot-load",
-        r"(?:Intel oneMKL|Intel MKL) FATAL ERROR: Cannot load (?P<lib>\S+)",
+        r"(?:Intel oneMKL|Intel MKL) FATAL ERROR: Cannot load (?P<lib>\S+?)\.?(?:\s|$)",
         "the oneMKL inside torch could not load {lib}: a library torch ships failed to map at that moment"
         " (not something mmcv or mmstack loads)",
         "rerun the level; if it repeats, check `ulimit -v` / `ulimit -n` and free memory (a parallel build"
