@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Prepare .carry/ for scripts/gpu-proof.sh on the lent H200 (CPython 3.12, no network, 64 MiB a
+# call): the wheels its image lacks, py-rattler(-build) unpacked and xz-compressed (their wheels
+# alone are 52 MB; site.tar.xz is ~30 MB), the mmcv/mmdet sdists and upstream's tag archive.
+#
+#   bash scripts/gpu-carry.sh            # then: device run with carry [".carry", ".gpu-commit"]
+#   git log -1 --format='%h %s' > .gpu-commit   # the tree's commit, for machine.txt
+#
+# Takes ~5 min on 2 cores (xz -9). Versions: py-rattler/py-rattler-build as in this checkout's
+# venv (.venv), the rest pinned in tests/support/bootstrap.py (the device has the others: KINDS.md).
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+PY="${PY:-$ROOT/.venv/bin/python}"
+C="$ROOT/.carry"
+rm -rf "$C" && mkdir -p "$C/wheels" "$C/sdist" "$C/big"
+ver() { "$PY" -c "import importlib.metadata as m, sys; print(m.version(sys.argv[1]))" "$1"; }
+dl() { python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+  --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64 \
+  --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64 -d "$@"; }
+dl "$C/big" "py-rattler==$(ver py-rattler)" "py-rattler-build==$(ver py-rattler-build)"
+# what the device image lacks (KINDS.md's package list against bootstrap.WHEELS)
+dl "$C/wheels" pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5 \
+  pyelftools==0.33 addict==2.4.0 mmengine-lite==0.10.7 yapf==0.43.0 platformdirs==4.14.9 termcolor==3.3.0 \
+  pycocotools==2.0.11 shapely==2.2.0 terminaltables==3.1.10
+tmp="$(mktemp -d)"
+for w in "$C"/big/*.whl; do unzip -q -o "$w" -d "$tmp/site"; done
+tar cf - -C "$tmp" site | xz -T0 -9 > "$C/site.tar.xz"
+rm -rf "$tmp" "$C/big"
+# sources, checked against the sha256 the recipes name (tests/support/offline.py)
+"$PY" - "$C/sdist" <<'PY'
+import shutil, sys
+from pathlib import Path
+sys.path.insert(0, "tests")
+from support import offline
+dest = Path(sys.argv[1])
+for p in (offline.cached_sdist("mmcv"), offline.cached_sdist("mmdet"), offline.cached_github_archive()):
+    shutil.copy(p, dest / p.name)
+PY
+du -sh "$C"; ls -la "$C" "$C/sdist"
