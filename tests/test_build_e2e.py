@@ -386,3 +386,36 @@ def test_stand_in_noarch_packages_create_their_console_scripts(installed_prefix)
     assert yapf.is_file(), sorted(p.name for p in (installed_prefix / "bin").iterdir())
     run = subprocess.run([str(yapf), "--version"], capture_output=True, text=True, timeout=120, env=_clean_env())
     assert run.returncode == 0 and run.stdout.startswith("yapf 0.43"), (run.stdout, run.stderr[-1000:])
+
+
+CONDA_SOLVE = ROOT / "tests" / "data" / "conda_solve" / "solve.json"
+
+
+def test_py_rattler_solves_the_mission_command_as_the_real_conda_did(built_channel, bootstrap_channel):
+    """issue 26 item 5: tests/data/conda_solve/solve.json is what the real conda (built from its
+    sources, classic solver, offline) chose for `conda create ... mmcv mmdet mmstack python=3.11`
+    over this channel and the stand-in channel, and that its env imported mmcv.ops and passed
+    L1/L3; py-rattler's solve of the same specs over the same channels must pick the same
+    packages from the same channels (build hashes masked: they follow the recipe's inputs)."""
+    import asyncio
+    import re
+
+    import rattler
+
+    fixture = json.loads(CONDA_SOLVE.read_text())
+    assert fixture["import_mmcv_ops"]["rc"] == 0 and fixture["verify_L1_L3"]["levels"] == {"L1": "PASS", "L3": "PASS"}
+    chans = {str(Path(built_channel["channel"]).resolve()): "channel", str(bootstrap_channel.resolve()): "standin"}
+
+    async def solve():
+        return await rattler.solve(sources=[rattler.Channel(Path(c).as_uri()) for c in chans],
+                                   specs=["mmcv", "mmdet", "mmstack", "python 3.11.*"],
+                                   platforms=[rattler.Subdir("linux-64"), rattler.Subdir("noarch")],
+                                   virtual_packages=rattler.VirtualPackage.detect())
+
+    ours = []
+    for r in asyncio.run(solve()):
+        where = next(label for path, label in chans.items() if path in r.url.replace("file://", ""))
+        ours.append({"name": r.name.normalized, "version": str(r.version),
+                     "build": re.sub(r"h[0-9a-f]{7}", "h*", r.build), "channel": where})
+    ours.sort(key=lambda p: p["name"])
+    assert ours == fixture["packages"], [p for p in ours if p not in fixture["packages"]]

@@ -65,7 +65,7 @@ SYSROOT_VERSIONS = ("2.17", "2.28")
 
 def host_glibc() -> str:
     """This machine's glibc ("2.36"): what the stand-in compilers really link against."""
-    return os.confstr("CS_GNU_LIBC_VERSION").split()[-1]
+    return (os.confstr("CS_GNU_LIBC_VERSION") or "glibc 0").split()[-1]
 
 
 def stand_in_glibc_floor(sysroot: str) -> str:

@@ -180,7 +180,7 @@ def glibc_check(ext_file: str, prefix: str | None = None) -> tuple[dict, str | N
     the floor its conda package declares; a failure message when the package understates it."""
     needed = _load_by_path("_mmstack_elf", ELF_FILE).glibc_needed(ext_file)
     try:
-        system = os.confstr("CS_GNU_LIBC_VERSION").split()[-1]
+        system = (os.confstr("CS_GNU_LIBC_VERSION") or "").split()[-1]
     except (ValueError, OSError, AttributeError, IndexError):
         system = None
     declared, package = declared_glibc(ext_file, prefix)
