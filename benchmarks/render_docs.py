@@ -9,6 +9,10 @@ A doc marks what is generated; everything between the markers is replaced, nothi
     <!-- /results:NAME -->
     <!-- value:NAME -->12.3<!-- /value -->   one number in prose (VALUES[NAME])
 
+Pictures: docs/img/NAME.png is PLOTS[NAME] drawn from its results (benchmarks/plots.py, matplotlib);
+a doc links it as img/NAME.png. --check compares the pixels a committed picture shows with what
+its results draw; writing rewrites a picture only when its pixels differ.
+
 Adding a result: commit its JSON under benchmarks/results/, add a `Table` below (a source file,
 where its rows are, and (header, path, format) columns), and put the two marker lines in a doc.
 For a new H200 run, e.g.:
@@ -410,6 +414,60 @@ VALUES: dict[str, Value] = {
 }
 
 
+# -- pictures (benchmarks/plots.py) ---------------------------------------------------------------
+
+def _plots():
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import plots  # matplotlib: the test extra
+
+    return plots
+
+
+@dataclass(frozen=True)
+class Plot:
+    sources: list[str]
+    draw: Callable[..., bytes]  # draw(title, *source paths)
+    title: str
+
+    def render(self) -> bytes:
+        return self.draw(self.title, *(RESULTS / s for s in self.sources))
+
+
+_BUILDS = {"recipe-run1": ("sm90", "ptx", "sm90nt"), "recipe-run2": ("sm90",)}
+PLOTS: dict[str, Plot] = {
+    **{f"h200-units-{run}-{tag}": Plot(
+        sources=[f"h200/{run}/units_{tag}.json", f"h200/{run}/rattler-build-{tag}.log", f"h200/{run}/machine.txt"],
+        draw=lambda *a: _plots().timeline(*a), title=f"H200 {run}, mmcv {_RECIPE_ARCH.get(tag, tag)}")
+       for run, tags in _BUILDS.items() for tag in tags},
+    "h200-ops-ratio": Plot(sources=["h200/run2-fixed/ops_sm90.json"], draw=lambda *a: _plots().ops_ratio(*a),
+                           title="H200 run 2: mmcv ops against torchvision (same GPU, same shapes)"),
+}
+
+
+def picture(name: str, root: Path = DOCS) -> Path:
+    return root / "img" / f"{name}.png"
+
+
+def stale_pictures(root: Path = DOCS) -> list[Path]:
+    """Pictures missing or showing other pixels than their results draw."""
+    plots = _plots()
+    bad = []
+    for name, plot in PLOTS.items():
+        path = picture(name, root)
+        if not path.is_file() or plots.pixels(path.read_bytes()) != plots.pixels(plot.render()):
+            bad.append(path)
+    return bad
+
+
+def write_pictures(root: Path = DOCS) -> list[Path]:
+    written = []
+    for path in stale_pictures(root):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(PLOTS[path.stem].render())
+        written.append(path)
+    return written
+
+
 # -- rendering the docs ---------------------------------------------------------------------------
 
 _TABLE = re.compile(r"(<!-- results:(?P<name>[a-z0-9-]+) -->\n)(?P<body>.*?)\n?(<!-- /results:(?P=name) -->)", re.S)
@@ -459,15 +517,17 @@ def rendered(path: Path) -> str:
 
 
 def stale(root: Path = DOCS) -> list[Path]:
-    """The docs whose generated parts differ from what the results give."""
-    return [p for p in docs(root) if rendered(p) != p.read_text()]
+    """The docs whose generated parts differ from what the results give (and, for docs/, its pictures)."""
+    bad = [p for p in docs(root) if rendered(p) != p.read_text()]
+    return bad + (stale_pictures(root) if root == DOCS else [])
 
 
 def unused(root: Path = DOCS) -> list[str]:
     """Tables and values defined here that no doc shows."""
     text = "".join(p.read_text() for p in docs(root))
     return ([n for n in TABLES if f"<!-- results:{n} -->" not in text]
-            + [n for n in VALUES if f"<!-- value:{n} -->" not in text])
+            + [n for n in VALUES if f"<!-- value:{n} -->" not in text]
+            + [n for n in PLOTS if f"(img/{n}.png)" not in text])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -481,6 +541,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{p.relative_to(ROOT)}: differs from benchmarks/results (fix: python benchmarks/render_docs.py)",
                       file=sys.stderr)
             return 1 if bad else 0
+        for p in write_pictures():
+            print(f"{p.relative_to(ROOT)}: drawn")
         for p in docs():
             text = p.read_text()
             new = rendered(p)

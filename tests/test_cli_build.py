@@ -208,3 +208,31 @@ def test_a_failed_solve_names_the_spec_nothing_provides_and_the_fix(tmp_path):
     assert "--variant python_min=3.12" in err
     assert "was not found, ignoring" not in err
     assert not list((tmp_path / "ch").glob("*/*.conda")), "nothing landed"
+
+
+@pytest.mark.parametrize("quiet", [False, True])
+def test_build_progress_is_on_unless_quiet_and_json_stays_json(tmp_path, monkeypatch, capsys, quiet):
+    """--quiet turns the progress watch off; with --json stdout is the JSON document either way."""
+    from mmstack.build import progress
+    from mmstack.commands import build_cmds
+
+    seen = {}
+
+    def fake_build(**kwargs):
+        seen["watch"] = kwargs["watch"]
+        if kwargs["watch"]:  # a build feeds it its log; outside a terminal a plain line comes out
+            kwargs["watch"].start("mmcv-x")
+            kwargs["watch"].log("[1/2] nvcc -c a.cu -o build/a.o")
+        return []
+
+    monkeypatch.setattr(build_cmds, "require_reachable", lambda *_a, **_k: None)
+    monkeypatch.setattr(build_cmds, "run_stack_build", fake_build)
+    code = build_cmds.run_build_cmd(root=ROOT, channel=tmp_path / "ch", env="cpu", build_all=False, recipes=None,
+                                    extra_channels=None, test=True, as_json=True, quiet=quiet)
+    out, err = capsys.readouterr()
+    assert code == 0 and json.loads(out)["packages"] == []
+    if quiet:
+        assert seen["watch"] is None and "compile" not in err
+    else:
+        assert isinstance(seen["watch"]._display, progress.PlainDisplay)  # pytest's stderr is no terminal
+        assert "mmcv-x: compile 1/2 units" in err

@@ -69,3 +69,47 @@ def test_a_new_result_is_a_table_in_a_few_lines(render_docs):
     assert text.splitlines()[0] == "| op | mmcv µs | torchvision µs |"
     assert "| nms | 3,197.6 | 7,441.2 |" in text and "| points_in_boxes_part | 39.1 | - |" in text
     assert "`benchmarks/results/h200/run2-fixed/ops_sm90.json`" in text
+
+
+def test_pictures_are_drawn_byte_stably_without_a_date_or_version(render_docs):
+    plot = render_docs.PLOTS["h200-ops-ratio"]
+    first, second = plot.render(), plot.render()
+    assert first == second and first.startswith(b"\x89PNG")
+    assert b"Software" not in first and b"matplotlib" not in first.lower()
+
+
+def test_every_measured_build_has_its_compile_timeline(render_docs):
+    builds = sorted(p.parent.name + "-" + p.stem.removeprefix("units_")
+                    for p in render_docs.RESULTS.glob("h200/recipe-*/units_*.json"))
+    assert sorted(n.removeprefix("h200-units-") for n in render_docs.PLOTS if n.startswith("h200-units-")) == builds
+
+
+def test_the_timeline_puts_every_unit_of_the_log_on_a_core(render_docs):
+    plots = render_docs._plots()
+    run = render_docs.RESULTS / "h200" / "recipe-run2"
+    spans = plots.unit_spans(run / "units_sm90.json", run / "rattler-build-sm90.log")
+    lanes = plots.slots(spans, cores=16)
+    assert len(spans) == 136 and set(lanes) == set(range(16))
+    longest = max(spans, key=lambda s: s[2] - s[1])
+    assert longest[0].endswith("/filtered_lrelu.o") and round(longest[2] - longest[1], 1) == 154.9
+    assert min(s for _, s, _ in spans) == 0
+
+
+def test_a_changed_result_makes_its_picture_stale(tmp_path, monkeypatch, render_docs):
+    import shutil
+
+    results = tmp_path / "results"
+    shutil.copytree(render_docs.RESULTS / "h200" / "run2-fixed", results / "h200" / "run2-fixed")
+    ops = results / "h200" / "run2-fixed" / "ops_sm90.json"
+    ops.write_text(ops.read_text().replace("2.3271654609965715", "1.3271654609965715"))
+    monkeypatch.setattr(render_docs, "RESULTS", results)
+    monkeypatch.setattr(render_docs, "PLOTS", {"h200-ops-ratio": render_docs.PLOTS["h200-ops-ratio"]})
+    assert render_docs.stale_pictures() == [render_docs.picture("h200-ops-ratio")]
+
+
+def test_check_fails_on_a_picture_that_differs(monkeypatch, capsys, render_docs):
+    plot = render_docs.PLOTS["h200-ops-ratio"]
+    other = render_docs.Plot(sources=plot.sources, draw=plot.draw, title=plot.title + " (edited)")
+    monkeypatch.setattr(render_docs, "PLOTS", {"h200-ops-ratio": other})
+    assert render_docs.main(["--check"]) == 1
+    assert "docs/img/h200-ops-ratio.png: differs" in capsys.readouterr().err

@@ -128,6 +128,7 @@ def build(
     keep_build: bool = typer.Option(False, "--keep-build", help="Keep the build trees (under --work-dir)."),
     work_dir: Path | None = typer.Option(None, "--work-dir", help="Where build trees go (default: the system temp dir)."),
     log: Path | None = typer.Option(None, "--log", help="Also write rattler-build's full log (build and test output) to this file."),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress line (units compiled, ETA, the test running) on stderr."),
     json: bool = JSON,
 ) -> None:
     """Build the recipes into a local channel and index it (all or nothing per recipe)."""
@@ -135,7 +136,8 @@ def build(
 
     raise typer.Exit(run_build_cmd(root=root, channel=channel, env=env, build_all=all_, recipes=recipe,
                                    extra_channels=source_channel, test=not no_test, as_json=json,
-                                   variant=variant, keep_build=keep_build, work_dir=work_dir, log=log))
+                                   variant=variant, keep_build=keep_build, work_dir=work_dir, log=log,
+                                   quiet=quiet))
 
 
 channel_app = typer.Typer(no_args_is_help=True, help="Local conda channels.")

@@ -20,6 +20,7 @@ from typing import Any
 
 from mmstack import report
 from mmstack.build import channel as channelmod
+from mmstack.build.progress import BuildWatch
 from mmstack.errors import BadInput, BuildFailed
 
 ALL = "all"  # env=ALL: every variant of the matrix
@@ -145,6 +146,7 @@ def run_build(
     work_dir: str | os.PathLike[str] | None = None,
     keep_build: bool = False,
     log_file: str | os.PathLike[str] | None = None,
+    watch: BuildWatch | None = None,
 ) -> list[BuiltPackage]:
     """Build the recipe's variants that serve `env` (None or "all": every variant) into `channel_dir`.
 
@@ -152,6 +154,7 @@ def run_build(
     package the tests need, is found), then `extra_channels`. `work_dir` holds the temporary
     build tree (default: the system temp dir); it is removed afterwards unless `keep_build`.
     `log_file` receives every line rattler-build logs (build script and test output), appended.
+    `watch` (progress.BuildWatch) sees every logged line too and shows each build's progress.
     Overrides can make several rows of the matrix the same build: each build string is built once.
     """
     from rattler_build import ToolConfiguration
@@ -179,7 +182,7 @@ def run_build(
         channels.insert(0, channelmod.ensure_channel(channel_path).as_uri())
     tool = ToolConfiguration(test_strategy="native" if test else "skip", keep_build=keep_build)
     log_fh = open(log_file, "a", encoding="utf-8") if log_file else None
-    callback = _Callback(say, log_fh)
+    callback = _Callback(say, log_fh, watch)
 
     out = Path(tempfile.mkdtemp(prefix="mmstack-build-", dir=work_dir))
     built: list[tuple[Path, Any, float, tuple[dict, ...]]] = []  # (package, BuildResult, seconds, test results)
@@ -190,11 +193,16 @@ def run_build(
             evict_cached_package(name)
             callback.results.clear()
             started = time.monotonic()
+            if watch:
+                watch.start(name)
             try:
                 result = variant.run_build(tool_config=tool, output_dir=out, channels=channels,
                                            progress_callback=callback)
             except Exception as exc:  # noqa: BLE001 - any engine failure becomes BuildFailed with its log
                 raise _build_failed(name, exc, Path(work_dir or tempfile.gettempdir())) from None
+            finally:
+                if watch:
+                    watch.stop()
             seconds = time.monotonic() - started
             say(f"[{i}/{len(rendered)}] built {name} in {seconds:.0f}s")
             tested = tuple(callback.results)
@@ -438,9 +446,10 @@ _TEST_LOG = re.compile(r"(?i)tests? passed|test failed|Running .*test|Testing ")
 class _Callback:
     """rattler-build progress events as one-line messages (all of them to `log`, if given)."""
 
-    def __init__(self, say: Progress, log=None):
+    def __init__(self, say: Progress, log=None, watch: BuildWatch | None = None):
         self._say = say
         self._log = log
+        self._watch = watch
         self.results: list[dict] = []  # report.result_line documents seen in the test output
 
     def _write(self, text: str) -> None:
@@ -455,6 +464,8 @@ class _Callback:
     def on_log(self, event) -> None:
         message = str(event.message).strip()
         self._write(f"[{event.level}] {message}")
+        if self._watch:
+            self._watch.log(message)
         doc = report.parse_result_line(message)
         if doc is not None:
             self.results.append(doc)

@@ -6,6 +6,7 @@ import json as jsonlib
 from pathlib import Path
 
 from mmstack import report
+from mmstack.build import progress as progressmod
 from mmstack.build.channel import index_channel, require_reachable
 from mmstack.build.recipes import (
     ALL,
@@ -29,10 +30,12 @@ def _with_variants(root: Path, recipes: tuple[str, ...]) -> list[str]:
 def run_build_cmd(*, root: Path, channel: Path, env: str | None, build_all: bool,
                   recipes: list[str] | None, extra_channels: list[str] | None, test: bool,
                   as_json: bool, variant: list[str] | None = None, keep_build: bool = False,
-                  work_dir: Path | None = None, log: Path | None = None) -> int:
+                  work_dir: Path | None = None, log: Path | None = None, quiet: bool = False) -> int:
     """Build the stack's recipes for one environment (or all variants) into `channel`, then index it.
 
-    Progress goes to stderr line by line; the result is a table (or JSON) of the packages that landed.
+    Progress goes to stderr: the build steps line by line and, unless `quiet`, each build's progress
+    (a live bar on a terminal, else a plain line at most every 30 s); the result is a table (or
+    JSON) of the packages that landed.
     """
     names = tuple(recipes or STACK)
     if build_all and env:
@@ -49,9 +52,17 @@ def run_build_cmd(*, root: Path, channel: Path, env: str | None, build_all: bool
     require_reachable(sources, option="--source-channel")
     if work_dir is not None:
         work_dir.mkdir(parents=True, exist_ok=True)
-    built = run_stack_build(root=root, channel_dir=channel, env=ALL if build_all else env,
-                            recipes=names, extra_channels=sources, test=test, progress=report.info,
-                            overrides=overrides or None, keep_build=keep_build, work_dir=work_dir, log_file=log)
+    watch = None if quiet else progressmod.for_stderr(report.err_console(), report.info, tty=report.err_console().is_terminal)
+    if watch:
+        watch.run_ticker()
+    try:
+        built = run_stack_build(root=root, channel_dir=channel, env=ALL if build_all else env,
+                                recipes=names, extra_channels=sources, test=test, progress=report.info,
+                                overrides=overrides or None, keep_build=keep_build, work_dir=work_dir, log_file=log,
+                                watch=watch)
+    finally:
+        if watch:
+            watch.close()
     if as_json:
         report.print_json({"channel": str(channel.resolve()), "packages": [b.as_dict() for b in built]})
         return 0
