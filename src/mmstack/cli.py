@@ -19,6 +19,26 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     help="Build, lock and verify MMCV for every NVIDIA GPU generation.",
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            v = version("mmstack")
+        except PackageNotFoundError:  # run from a source tree that was never installed
+            v = "unknown (not installed; pip install -e .)"
+        typer.echo(f"mmstack {v}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", is_eager=True, callback=_version,
+                                       help="Print mmstack's version and exit.")) -> None:
+    """Build, lock and verify MMCV for every NVIDIA GPU generation."""
+
+
 arch_app = typer.Typer(no_args_is_help=True, help="Arch lists: will this build run on that GPU?")
 app.add_typer(arch_app, name="arch")
 
@@ -203,25 +223,30 @@ def lock_check(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: one-line errors, distinct exit codes, no tracebacks for known problems."""
+    """Entry point: one-line errors, distinct exit codes, no tracebacks for known problems.
+
+    typer runs in standalone mode, so a usage error (unknown command or option, missing argument)
+    is reported by typer itself, usage line and all, with exit 2, whichever click it carries (typer
+    >= 0.26 vendors its own as `typer._click`; older ones import click): mmstack names neither.
+    Every exit, a command's return code included, arrives here as SystemExit."""
     try:
-        result = app(args=argv, standalone_mode=False)
-        return int(result or 0)
-    except typer.Exit as exc:
-        return int(exc.exit_code)
+        app(args=argv, prog_name="mmstack", standalone_mode=True)
+    except SystemExit as exc:
+        return _exit_code(exc.code)
     except MmstackError as exc:
         report.error_line(exc.one_line())
         return exc.exit_code
-    except (typer.BadParameter, typer.Abort) as exc:  # pragma: no cover - click handles most
-        report.error_line(str(exc))
-        return 2
-    except Exception as exc:  # click usage errors
-        import click
+    return 0
 
-        if isinstance(exc, click.exceptions.ClickException):
-            report.error_line(exc.format_message() + " (see --help)")
-            return 2
-        raise
+
+def _exit_code(code: object) -> int:
+    """SystemExit's code as an exit status: None is 0, a message (never one of ours) is 1."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    report.error_line(str(code))
+    return 1
 
 
 if __name__ == "__main__":  # pragma: no cover
