@@ -251,8 +251,21 @@ def main(argv: list[str] | None = None) -> int:
         return _exit_code(exc.code)
     except MmstackError as exc:
         report.error_line(exc.one_line())
+        if _wants_json(sys.argv[1:] if argv is None else argv):
+            report.print_json({"ok": False, "error": error_doc(exc)})
         return exc.exit_code
     return 0
+
+
+def _wants_json(args: list[str]) -> bool:
+    """--json among the options (before a `--`): a CI step parsing stdout gets a JSON answer on error too."""
+    return "--json" in (args[:args.index("--")] if "--" in args else args)
+
+
+def error_doc(exc: MmstackError) -> dict:
+    """The error as JSON: what `--json` prints on stdout when a command stops on one (stderr keeps the line)."""
+    return {"kind": type(exc).__name__, "exit_code": exc.exit_code, "message": exc.message,
+            "source": exc.source, "fix": exc.fix, "line": exc.one_line()}
 
 
 def _exit_code(code: object) -> int:
