@@ -37,6 +37,7 @@ def _tree(tmp_path: Path, recipe_text: str | None = None) -> Path:
 
 def _strict(root: Path) -> tuple[int, dict]:
     code, out, err = mmstack("check", "--strict", "--json", "--root", str(root))
+    assert out, err
     data = json.loads(out)
     return code, {c["check"]: c for c in data["checks"]}
 

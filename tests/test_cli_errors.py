@@ -51,7 +51,7 @@ def test_without_json_stdout_stays_empty_on_error():
 
 def test_a_bad_option_value_names_the_option():
     code, out, err = mmstack("verify", "--timeout", "0")
-    assert code == 2
+    assert code == 2 and out == ""
     assert "--timeout" in err and "Usage: mmstack verify" in err
 
 

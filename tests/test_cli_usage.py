@@ -12,11 +12,11 @@ import re
 import shutil
 import subprocess
 import tempfile
-import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import tomllib
 from support.bootstrap import CACHE_ROOT
 from support.cli import ROOT
 
