@@ -116,3 +116,61 @@ def test_a_rebuilt_package_with_the_same_name_gets_a_fresh_record(tmp_path):
     record = json.loads((ch / "noarch" / "repodata.json").read_text())["packages.conda"][landed.name]
     assert record["sha256"] == hashlib.sha256(landed.read_bytes()).hexdigest()
     assert record["depends"] == ["leaf"]
+
+
+def _corrupt_copies(tmp_path: Path, ch: Path) -> tuple[Path, Path]:
+    """Two broken .conda files in the channel: random bytes (no zip at all), and a real package
+    whose info archive is cut short (its zip reads, its index.json does not)."""
+    import zipfile
+
+    garbage = ch / "noarch" / "garbage-1.0-h0_0.conda"
+    garbage.write_bytes(bytes(range(256)) * 20)
+    good = _package(tmp_path, "delta")
+    cut = ch / "noarch" / "cut-1.0-h0_0.conda"
+    with zipfile.ZipFile(good) as src, zipfile.ZipFile(cut, "w") as dst:
+        for info in src.infolist():
+            data = src.read(info)
+            dst.writestr(info, data[:100] if info.filename.startswith("info-") else data)
+    return garbage, cut
+
+
+def test_a_corrupt_package_is_named_and_nothing_is_written(tmp_path):
+    ch = channel.ensure_channel(tmp_path / "channel", create=True)
+    ok = _package(tmp_path, "gamma")
+    ok.rename(ch / "noarch" / ok.name)
+    before = (ch / "noarch" / "repodata.json").read_bytes()
+    garbage, cut = _corrupt_copies(tmp_path, ch)
+    with pytest.raises(BadInput) as err:
+        channel.index_channel(ch)
+    assert err.value.exit_code == 2
+    assert f"noarch/{garbage.name}" in str(err.value) and f"noarch/{cut.name}" in str(err.value)
+    assert "gamma" not in str(err.value)
+    assert (ch / "noarch" / "repodata.json").read_bytes() == before, "the index is left as it was"
+    assert [p.name for p in ch.iterdir() if p.name.startswith(".index-")] == []
+
+
+def test_cli_channel_index_of_a_corrupt_package_is_one_line_and_exit_2(tmp_path):
+    from support.cli import mmstack
+
+    ch = channel.ensure_channel(tmp_path / "channel", create=True)
+    garbage, _ = _corrupt_copies(tmp_path, ch)
+    code, out, err = mmstack("channel", "index", str(ch))
+    assert code == 2, err
+    assert err.startswith("error: ") and garbage.name in err
+    assert "Traceback" not in err and "panicked" not in err and out == ""
+
+
+@pytest.mark.parametrize("args, name", [
+    (("channel", "index", ""), "PATH"),
+    (("verify", "--python", ""), "--python"),
+    (("verify", "--levels", " "), "--levels"),
+    (("check", "--root", ""), "--root"),
+    (("build", "--env", "rtx4090", "--channel", ""), "--channel"),
+])
+def test_empty_strings_are_bad_input(tmp_path, args, name):
+    from support.cli import mmstack
+
+    code, out, err = mmstack(*args, cwd=tmp_path)
+    assert code == 2, (out, err)
+    assert err.startswith(f"error: command line: {name} is empty")
+    assert list(tmp_path.iterdir()) == [], "nothing written (channel index '' indexed the current directory)"

@@ -236,3 +236,44 @@ def test_build_progress_is_on_unless_quiet_and_json_stays_json(tmp_path, monkeyp
     else:
         assert isinstance(seen["watch"]._display, progress.PlainDisplay)  # pytest's stderr is no terminal
         assert "mmcv-x: compile 1/2 units" in err
+
+
+# -- --variant by the matrix's rules (issue 22, item 5) ---------------------------------------------
+
+
+@pytest.mark.parametrize("variant, words", [
+    ("cuda_compiler_version=12.99", "unknown CUDA version '12.99'; did you mean '12.9'?"),
+    ("mmcv_arch_list=8.6+PTXX", "mmcv_arch_list: cannot read arch '8.6+PTXX'"),
+    ("nosuchkey=1", "--variant nosuchkey: not a key of conda_build_config.yaml"),
+    ("python_min=3.1x", "'3.1x' is not a version like 3.12"),
+    ("mmcv_arch_list=8.0+PTX", "arch_tag should be 'sm80'"),  # the row's sm90 tag no longer fits
+    ("cuda_compiler_version=12.4", "CUDA 12.4 cannot build 12.0"),  # rtx5090's sm_120 needs CUDA >= 12.8
+])
+def test_build_variant_is_checked_by_the_matrix_rules(tmp_path, variant, words):
+    env = "rtx5090" if variant.endswith("12.4") else "h100"
+    code, out, err = mmstack("build", "--env", env, "--channel", str(tmp_path / "ch"), "--variant", variant)
+    assert code == 2, err
+    assert words in err and err.startswith("error: ") and len(err.strip().splitlines()) == 1
+    assert out == "" and not (tmp_path / "ch").exists()
+
+
+def test_matrix_rejects_the_same_values_in_the_config(tmp_path):
+    """The same rule, the same words: `mmstack matrix` on a config with the bad value in the h100 row."""
+    text = (ROOT / "conda_build_config.yaml").read_text()
+    assert text.count('  - "9.0"\n') == 1
+    (tmp_path / "conda_build_config.yaml").write_text(text.replace('  - "9.0"\n', '  - "8.6+PTXX"\n'))
+    code, _, err = mmstack("matrix", "--config", str(tmp_path / "conda_build_config.yaml"))
+    assert code != 0 and "mmcv_arch_list: cannot read arch '8.6+PTXX'" in err
+
+
+@pytest.mark.parametrize("overrides, env", [
+    ({"python_min": "3.12"}, "h100"),  # the noarch recipes read it (scripts/gpu-proof.sh passes it)
+    ({"python": "3.12", "pytorch": "2.11", "cuda_compiler_version": "13.0", "c_stdlib_version": "2.28"}, "h100"),
+    ({"mmcv_arch_list": "8.0+PTX", "arch_tag": "sm80ptx"}, "h100"),  # gpu-proof's PTX build: its own tag name
+    ({"cuda_compiler_version": "13.0"}, "rtx5090"),
+])
+def test_build_variant_values_the_matrix_accepts_pass(overrides, env):
+    from mmstack.facts.gpus import load
+    from mmstack.variants.matrix import check_overrides
+
+    check_overrides(load(), ROOT / "conda_build_config.yaml", overrides, env=env)  # raises on a refusal

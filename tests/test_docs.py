@@ -113,3 +113,52 @@ def test_check_fails_on_a_picture_that_differs(monkeypatch, capsys, render_docs)
     monkeypatch.setattr(render_docs, "PLOTS", {"h200-ops-ratio": other})
     assert render_docs.main(["--check"]) == 1
     assert "docs/img/h200-ops-ratio.png: differs" in capsys.readouterr().err
+
+
+# -- README: a GPU result is a link to the committed result, never a number typed in (issue 22, item 3) --
+
+import re  # noqa: E402
+
+GPU = re.compile(r"\b(?:[ABHL]\d{2,3}S?|GB?\d{3}|RTX \d{4}|Jetson \w+)\b")
+RESULT_VERB = re.compile(r"\b(?:pass(?:es|ed)?|fail(?:s|ed)?|measured|took|faster|slower|bit for bit)\b", re.I)
+MEASURED = re.compile(r"\d(?:[\d,]*\.?\d*)\s*(?:s|ms|µs|min|minutes|seconds|%|x|×)(?![\w.])"
+                      r"|\b\d+\s+(?:passed|failed|skipped|tests|steps)\b", re.I)
+RESULTS_LINK = re.compile(r"\((?:docs/benchmarks\.md|docs/verify\.md|benchmarks/results/[^)]+)\)|`benchmarks/results/[^`]+`")
+
+
+def readme_result_problems(text: str) -> list[str]:
+    """Each README paragraph that states a GPU result: it names where the result is rendered or kept
+    (docs/benchmarks.md, docs/verify.md, benchmarks/results/...), that place exists, and no measured
+    number (seconds, %, ratios, test counts) stands in the prose outside the links."""
+    problems = []
+    for para in re.split(r"\n\s*\n", text):
+        if para.lstrip().startswith(("|", "```")) or not (GPU.search(para) and RESULT_VERB.search(para)):
+            continue
+        prose = re.sub(r"\[([^\]]*)\]\([^)]*\)", "", para)  # links, their text included, are not prose
+        prose = re.sub(r"`[^`]*`", "", prose)
+        first = " ".join(para.split())[:80]
+        if not RESULTS_LINK.search(para):
+            problems.append(f"{first!r}: states a GPU result without linking the committed result")
+        for ref in re.findall(r"benchmarks/results/[\w./-]+", para):
+            if not (ROOT / ref.rstrip("./")).exists():
+                problems.append(f"{first!r}: {ref} does not exist")
+        for m in MEASURED.finditer(prose):
+            problems.append(f"{first!r}: typed number {m.group(0)!r} (render it into docs/ and link it)")
+    return problems
+
+
+def test_readme_states_gpu_results_only_through_links():
+    text = (ROOT / "README.md").read_text()
+    stated = [p for p in re.split(r"\n\s*\n", text) if GPU.search(p) and RESULT_VERB.search(p) and "H200" in p]
+    assert stated, "the README's H200 paragraph is one this test reads"
+    assert readme_result_problems(text) == []
+
+
+@pytest.mark.parametrize("para, words", [
+    ("On the H200 the recipe's build passed L1-L5 in 26.4 s.", "without linking"),
+    ("On the H200 the build passed, 200 passed and 113 skipped ([docs](docs/benchmarks.md)).", "typed number '200 passed'"),
+    ("The H200 build passed (`benchmarks/results/h200/no-such-run/`).", "does not exist"),
+])
+def test_a_typed_or_unbacked_gpu_result_in_the_readme_is_caught(para, words):
+    problems = readme_result_problems("# x\n\n" + para + "\n")
+    assert any(words in p for p in problems), problems

@@ -11,7 +11,7 @@ from pathlib import Path
 import typer
 
 from mmstack import report
-from mmstack.errors import MmstackError
+from mmstack.errors import BadInput, MmstackError
 
 app = typer.Typer(
     add_completion=False,
@@ -19,16 +19,52 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     help="Build, lock and verify MMCV for every NVIDIA GPU generation.",
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            v = version("mmstack")
+        except PackageNotFoundError:  # run from a source tree that was never installed
+            v = "unknown (not installed; pip install -e .)"
+        typer.echo(f"mmstack {v}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", is_eager=True, callback=_version,
+                                       help="Print mmstack's version and exit.")) -> None:
+    """Build, lock and verify MMCV for every NVIDIA GPU generation."""
+
+
 arch_app = typer.Typer(no_args_is_help=True, help="Arch lists: will this build run on that GPU?")
 app.add_typer(arch_app, name="arch")
+
+def _raw_path(value: str | Path) -> Path | str:
+    """A path option's value; an empty one stays '' (Path('') is '.', the current directory) for
+    `_not_empty` to refuse."""
+    return value if isinstance(value, str) and not value.strip() else Path(value)
+
+
+def _not_empty(ctx: typer.Context, param: typer.CallbackParam, value: object) -> object:
+    """An empty string given for an option or argument is bad input (exit 2), never a default."""
+    if isinstance(value, str) and not value.strip():
+        opts = [o for o in param.opts if o.startswith("--")]
+        name = opts[0] if opts else (param.name or "argument").upper()
+        raise BadInput(f"{name} is empty", source="command line",
+                       fix=f"give {name} a value" + ("" if param.required else ", or leave it out for its default"))
+    return value
+
 
 JSON = typer.Option(False, "--json", help="Machine-readable output for CI.")
 
 
 @app.command()
-def gpus(name: str | None = typer.Argument(None, help="A GPU name or alias, e.g. 'RTX 4090' (as nvidia-smi prints it)."),
-         arch: str | None = typer.Option(None, "--arch", help="Only GPUs of this compute capability or major: 8.6, sm_86, 8 (or 8.x)."),
-         env: str | None = typer.Option(None, "--env", help="Only GPUs this environment runs (natively or not), or 'none'."),
+def gpus(name: str | None = typer.Argument(None, callback=_not_empty, help="A GPU name or alias, e.g. 'RTX 4090' (as nvidia-smi prints it)."),
+         arch: str | None = typer.Option(None, "--arch", callback=_not_empty, help="Only GPUs of this compute capability or major: 8.6, sm_86, 8 (or 8.x)."),
+         env: str | None = typer.Option(None, "--env", callback=_not_empty, help="Only GPUs this environment runs (natively or not), or 'none'."),
          json: bool = JSON) -> None:
     """Known GPUs: compute capability, first CUDA, the environment that serves each (or none); or one GPU's facts."""
     from mmstack.commands.facts_cmds import run_gpus
@@ -38,11 +74,11 @@ def gpus(name: str | None = typer.Argument(None, help="A GPU name or alias, e.g.
 
 @arch_app.command("check")
 def arch_check(
-    gpu: str | None = typer.Option(None, "--gpu", help="GPU name, e.g. 'RTX 5090' or 'NVIDIA A100-SXM4-80GB'."),
-    cc: str | None = typer.Option(None, "--cc", help="The GPU's compute capability (8.6 or sm_86), for a name the facts lack."),
-    arch_list: str | None = typer.Option(None, "--arch-list", help="e.g. '8.9;9.0+PTX', 'sm_90', a -gencode flag."),
-    package: Path | None = typer.Option(None, "--package", help="A .whl, .conda, .tar.bz2 or .so: read its SASS/PTX instead of --arch-list."),
-    cuda: str | None = typer.Option(None, "--cuda", help="CUDA toolkit that builds it, e.g. 12.8 (with --arch-list)."),
+    gpu: str | None = typer.Option(None, "--gpu", callback=_not_empty, help="GPU name, e.g. 'RTX 5090' or 'NVIDIA A100-SXM4-80GB'."),
+    cc: str | None = typer.Option(None, "--cc", callback=_not_empty, help="The GPU's compute capability (8.6 or sm_86), for a name the facts lack."),
+    arch_list: str | None = typer.Option(None, "--arch-list", callback=_not_empty, help="e.g. '8.9;9.0+PTX', 'sm_90', a -gencode flag."),
+    package: Path | None = typer.Option(None, "--package", parser=_raw_path, callback=_not_empty, help="A .whl, .conda, .tar.bz2 or .so: read its SASS/PTX instead of --arch-list."),
+    cuda: str | None = typer.Option(None, "--cuda", callback=_not_empty, help="CUDA toolkit that builds it, e.g. 12.8 (with --arch-list)."),
     json: bool = JSON,
 ) -> None:
     """Will a build (an arch list, or a package's CUDA code) run on GPU? Exit 0 runs (warnings for JIT/lower minor), 1 not."""
@@ -54,7 +90,7 @@ def arch_check(
 @app.command()
 def matrix(
     format: str = typer.Option("table", "--format", help="table, json or github."),
-    config: Path = typer.Option(Path("conda_build_config.yaml"), "--config", help="Variant config file."),
+    config: Path = typer.Option(Path("conda_build_config.yaml"), "--config", parser=_raw_path, callback=_not_empty, help="Variant config file."),
 ) -> None:
     """The rendered, validated variant matrix."""
     from mmstack.commands.facts_cmds import run_matrix
@@ -63,7 +99,7 @@ def matrix(
 
 
 @app.command()
-def check(root: Path = typer.Option(Path("."), "--root", help="Repository root."), json: bool = JSON,
+def check(root: Path = typer.Option(Path("."), "--root", parser=_raw_path, callback=_not_empty, help="Repository root."), json: bool = JSON,
           strict: bool = typer.Option(False, "--strict", help="A stage that did not run (SKIP) is a failure (CI).")) -> None:
     """Validate facts, variants, recipes, pixi.toml, workflows and locks together."""
     from mmstack.commands.check_cmd import run_check
@@ -73,12 +109,12 @@ def check(root: Path = typer.Option(Path("."), "--root", help="Repository root."
 
 @app.command()
 def verify(
-    levels: str | None = typer.Option(None, "--levels", help="Comma-separated, e.g. L1,L3,L4 (default: all)."),
+    levels: str | None = typer.Option(None, "--levels", callback=_not_empty, help="Comma-separated, e.g. L1,L3,L4 (default: all)."),
     json: bool = JSON,
     expect_gpu: bool = typer.Option(False, "--expect-gpu", help="No usable GPU is a FAIL, not a SKIP."),
-    python: str | None = typer.Option(None, "--python", help="Verify another environment's interpreter."),
+    python: str | None = typer.Option(None, "--python", callback=_not_empty, help="Verify another environment's interpreter."),
     timeout: float = typer.Option(300.0, "--timeout", min=0.1, help="Seconds each level (each part of one) may take."),
-    model: str | None = typer.Option(None, "--model", help="L5 also trains mmdet detectors: faster-rcnn, faster-rcnn-mdconv, faster-rcnn-dconv (comma-separated)."),
+    model: str | None = typer.Option(None, "--model", callback=_not_empty, help="L5 also trains mmdet detectors: faster-rcnn, faster-rcnn-mdconv, faster-rcnn-dconv (comma-separated)."),
     nproc: int | None = typer.Option(None, "--nproc", help="L5 also runs the step under torchrun with N ranks (NCCL on N GPUs, else gloo)."),
     l4: str = typer.Option("quick", "--l4", help="L4 mode: quick (5 ops) or complete (every op mmcv.ops exports, each compared with the CPU kernel, torch/torchvision or known values, or listed as run-only)."),
 ) -> None:
@@ -90,7 +126,7 @@ def verify(
 
 
 @app.command()
-def fatbin(path: Path = typer.Argument(..., help="An .so, .whl, .conda or .tar.bz2."),
+def fatbin(path: Path = typer.Argument(..., parser=_raw_path, callback=_not_empty, help="An .so, .whl, .conda or .tar.bz2."),
            expect: str | None = typer.Option(None, "--expect", help="Exit 1 unless the archs equal this list, e.g. '8.9' or '9.0;12.0+PTX'."),
            json: bool = JSON) -> None:
     """SASS and PTX archs inside a shared object or a package holding some."""
@@ -117,17 +153,17 @@ def detect(json: bool = JSON) -> None:
 
 @app.command()
 def build(
-    env: str | None = typer.Option(None, "--env", help="Build the variants this environment takes (see `matrix`)."),
+    env: str | None = typer.Option(None, "--env", callback=_not_empty, help="Build the variants this environment takes (see `matrix`)."),
     all_: bool = typer.Option(False, "--all", help="Build every variant of the matrix."),
-    channel: Path = typer.Option(Path("channel"), "--channel", help="Local channel directory (created if missing)."),
+    channel: Path = typer.Option(Path("channel"), "--channel", parser=_raw_path, callback=_not_empty, help="Local channel directory (created if missing)."),
     recipe: list[str] | None = typer.Option(None, "--recipe", help="Recipe name under recipes/ or a directory (repeatable; default: mmstack, mmcv, mmdet)."),
     source_channel: list[str] | None = typer.Option(None, "--source-channel", help="Where dependencies come from (repeatable; default: conda-forge)."),
     no_test: bool = typer.Option(False, "--no-test", help="Skip the recipes' test sections (L1-L4 in the sandbox)."),
-    root: Path = typer.Option(Path("."), "--root", help="Repository root (recipes/, conda_build_config.yaml)."),
+    root: Path = typer.Option(Path("."), "--root", parser=_raw_path, callback=_not_empty, help="Repository root (recipes/, conda_build_config.yaml)."),
     variant: list[str] | None = typer.Option(None, "--variant", help="KEY=VALUE replacing a variant key's values for this build, e.g. cuda_compiler_version=13.0 (repeatable; --env then selects on the other keys)."),
     keep_build: bool = typer.Option(False, "--keep-build", help="Keep the build trees (under --work-dir)."),
-    work_dir: Path | None = typer.Option(None, "--work-dir", help="Where build trees go (default: the system temp dir)."),
-    log: Path | None = typer.Option(None, "--log", help="Also write rattler-build's full log (build and test output) to this file."),
+    work_dir: Path | None = typer.Option(None, "--work-dir", parser=_raw_path, callback=_not_empty, help="Where build trees go (default: the system temp dir)."),
+    log: Path | None = typer.Option(None, "--log", parser=_raw_path, callback=_not_empty, help="Also write rattler-build's full log (build and test output) to this file."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress line (units compiled, ETA, the test running) on stderr."),
     json: bool = JSON,
 ) -> None:
@@ -145,7 +181,7 @@ app.add_typer(channel_app, name="channel")
 
 
 @channel_app.command("index")
-def channel_index(path: Path = typer.Argument(..., help="Channel directory (subdirs holding packages)."),
+def channel_index(path: Path = typer.Argument(..., parser=_raw_path, callback=_not_empty, help="Channel directory (subdirs holding packages)."),
                   json: bool = JSON) -> None:
     """(Re)index a local channel atomically."""
     from mmstack.commands.build_cmds import run_channel_index
@@ -160,7 +196,7 @@ app.add_typer(ci_app, name="ci")
 @ci_app.command("generate")
 def ci_generate(
     check: bool = typer.Option(False, "--check", help="Write nothing; exit 1 if a workflow is out of date."),
-    root: Path = typer.Option(Path("."), "--root", help="Repository root."),
+    root: Path = typer.Option(Path("."), "--root", parser=_raw_path, callback=_not_empty, help="Repository root."),
 ) -> None:
     """Write .github/workflows/build.yml and locks.yml from conda_build_config.yaml (or check them)."""
     from mmstack.ci.workflows import run_ci_generate
@@ -172,7 +208,7 @@ lock_app = typer.Typer(help="Lockfiles per GPU generation: `mmstack lock` writes
 app.add_typer(lock_app, name="lock")
 ENV_OPT = typer.Option(None, "--env", help="An environment of pixi.toml (repeatable; default: all).")
 CHANNEL_OPT = typer.Option(None, "--channel", help="Channel name, URL or local path (repeatable; default: pixi.toml's).")
-ROOT_OPT = typer.Option(Path("."), "--root", help="Repository root (pixi.toml, conda_build_config.yaml, envs/).")
+ROOT_OPT = typer.Option(Path("."), "--root", parser=_raw_path, callback=_not_empty, help="Repository root (pixi.toml, conda_build_config.yaml, envs/).")
 
 
 @lock_app.callback(invoke_without_command=True)
@@ -205,25 +241,43 @@ def lock_check(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: one-line errors, distinct exit codes, no tracebacks for known problems."""
+    """Entry point: one-line errors, distinct exit codes, no tracebacks for known problems.
+
+    typer runs in standalone mode, so a usage error (unknown command or option, missing argument)
+    is reported by typer itself, usage line and all, with exit 2, whichever click it carries (typer
+    >= 0.26 vendors its own as `typer._click`; older ones import click): mmstack names neither.
+    Every exit, a command's return code included, arrives here as SystemExit."""
     try:
-        result = app(args=argv, standalone_mode=False)
-        return int(result or 0)
-    except typer.Exit as exc:
-        return int(exc.exit_code)
+        app(args=argv, prog_name="mmstack", standalone_mode=True)
+    except SystemExit as exc:
+        return _exit_code(exc.code)
     except MmstackError as exc:
         report.error_line(exc.one_line())
+        if _wants_json(sys.argv[1:] if argv is None else argv):
+            report.print_json({"ok": False, "error": error_doc(exc)})
         return exc.exit_code
-    except (typer.BadParameter, typer.Abort) as exc:  # pragma: no cover - click handles most
-        report.error_line(str(exc))
-        return 2
-    except Exception as exc:  # click usage errors
-        import click
+    return 0
 
-        if isinstance(exc, click.exceptions.ClickException):
-            report.error_line(exc.format_message() + " (see --help)")
-            return 2
-        raise
+
+def _wants_json(args: list[str]) -> bool:
+    """--json among the options (before a `--`): a CI step parsing stdout gets a JSON answer on error too."""
+    return "--json" in (args[:args.index("--")] if "--" in args else args)
+
+
+def error_doc(exc: MmstackError) -> dict:
+    """The error as JSON: what `--json` prints on stdout when a command stops on one (stderr keeps the line)."""
+    return {"kind": type(exc).__name__, "exit_code": exc.exit_code, "message": exc.message,
+            "source": exc.source, "fix": exc.fix, "line": exc.one_line()}
+
+
+def _exit_code(code: object) -> int:
+    """SystemExit's code as an exit status: None is 0, a message (never one of ours) is 1."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    report.error_line(str(code))
+    return 1
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -11,8 +11,12 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-# Outside a terminal (CI logs, pipes) rich would wrap at 80 columns; tables read better wider.
-_out = Console(soft_wrap=False, width=None if sys.stdout.isatty() else 160)
+# Outside a terminal (CI logs, pipes, files) nothing wraps: a line is whole however long, so a grep
+# for "no kernel image is available" finds it. rich would wrap at 80 columns there, so the width is
+# one no line reaches (tables take the width their cells need, not the console's). In a terminal,
+# rich fits the window.
+UNWRAPPED_WIDTH = 100_000
+_out = Console(soft_wrap=not sys.stdout.isatty(), width=None if sys.stdout.isatty() else UNWRAPPED_WIDTH)
 _err = Console(stderr=True, soft_wrap=True)
 
 

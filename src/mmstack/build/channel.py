@@ -179,20 +179,49 @@ def _index_locked(channel: Path, *, replaced: Iterable[str] | None = None) -> No
     try:
         subdirs = [d for d in sorted(channel.iterdir())
                    if d.is_dir() and not d.name.startswith(".") and (d.name in SUBDIRS or _has_packages(d))]
+        to_read = []
         for sub in subdirs:
             (shadow / sub.name).mkdir(parents=True)
-            for pkg in sub.iterdir():
+            for pkg in sorted(sub.iterdir()):
                 if pkg.name.endswith(_PACKAGE_SUFFIXES) and not pkg.name.startswith("."):
                     _link(pkg, shadow / sub.name / pkg.name)
+                    if replaced is None or pkg.name in replaced:
+                        to_read.append(pkg)
             if replaced is not None:
                 _seed(sub / "repodata.json", shadow / sub.name / "repodata.json", drop=set(replaced))
-        asyncio.run(index_fs(shadow, write_zst=False, write_shards=False, force=replaced is None))
+        _require_readable(channel, to_read)
+        try:
+            asyncio.run(index_fs(shadow, write_zst=False, write_shards=False, force=replaced is None))
+        except rattler_errors() as exc:  # a package the check above could read but the indexer cannot
+            raise BadInput(f"cannot index: {_first_line(exc)}", source=str(channel),
+                           fix="remove or rebuild the package it names; the index was left as it was") from None
         for sub in subdirs:
             for produced in (shadow / sub.name).iterdir():
                 if produced.is_file() and not produced.name.endswith(_PACKAGE_SUFFIXES):
                     os.replace(produced, sub / produced.name)
     finally:
         shutil.rmtree(shadow, ignore_errors=True)
+
+
+def _require_readable(channel: Path, packages: list[Path]) -> None:
+    """Every package's index.json reads (rattler's indexer panics on a corrupt archive, naming no
+    file); BadInput naming each one that does not, before anything is written."""
+    from rattler.package import IndexJson
+
+    bad = []
+    for pkg in packages:
+        try:
+            IndexJson.from_package_archive(pkg)
+        except rattler_errors() as exc:
+            bad.append(f"{pkg.relative_to(channel)} ({_first_line(exc)})")
+    if bad:
+        raise BadInput(f"{len(bad)} package(s) cannot be read: {'; '.join(bad[:5])}" + (" ..." if len(bad) > 5 else ""),
+                       source=str(channel), fix="remove or rebuild them, then index again; the index was left as it was")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _seed(live: Path, dest: Path, *, drop: set[str]) -> None:

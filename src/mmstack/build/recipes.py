@@ -283,6 +283,9 @@ def recipe_path(root: str | os.PathLike[str], recipe: str | os.PathLike[str]) ->
 def check_recipes(root: str | os.PathLike[str]) -> str:
     """`mmstack check`: every recipe of the stack renders, and mmcv renders exactly one build per
     variant of the matrix with that variant's build string (`cuda129_sm89_py311_h…`)."""
+    import json
+
+    from mmstack.build import recipe_gate
     from mmstack.errors import CheckFailed
     from mmstack.facts import gpus as facts
     from mmstack.variants import matrix as variants
@@ -293,8 +296,10 @@ def check_recipes(root: str | os.PathLike[str]) -> str:
     notes = []
     for name in STACK:
         rendered = render(recipe_dir=root / "recipes" / name, variant_config=config)
+        patched = recipe_gate.check_patches(root / "recipes" / name, rendered[0].recipe.to_dict().get("source") or []
+                                            ) if rendered else ""
         if name != "mmcv":
-            notes.append(f"{name}: {len(rendered)}")
+            notes.append(f"{name}: {len(rendered)}" + (f" ({patched})" if patched else ""))
             continue
         strings = [v.recipe.build.string for v in rendered]
         for v in matrix:
@@ -308,8 +313,12 @@ def check_recipes(root: str | os.PathLike[str]) -> str:
             raise CheckFailed(f"renders {len(strings)} builds for {len(matrix)} matrix variants",
                               source=str(root / "recipes" / "mmcv" / RECIPE_FILE),
                               fix="use only conda_build_config.yaml's keys as variant keys in the recipe")
-        notes.append(f"mmcv: {len(strings)} (one per variant, build strings match)")
+        notes.append(f"mmcv: {len(strings)} (one per variant, build strings match; {patched})")
         notes.append(_check_conda_build_render(root, strings))
+        fixture = root / CONDA_BUILD_RENDER
+        notes.append(recipe_gate.check_run_and_tests(
+            root / "recipes" / "mmcv" / RECIPE_FILE, [(v.recipe.build.string, v.recipe.to_dict()) for v in rendered],
+            json.loads(fixture.read_text()) if fixture.is_file() else None))
     return "rendered " + ", ".join(n for n in notes if n)
 
 

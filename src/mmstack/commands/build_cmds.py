@@ -48,6 +48,11 @@ def run_build_cmd(*, root: Path, channel: Path, env: str | None, build_all: bool
     if env:
         selection_for_env(env, root / "conda_build_config.yaml")  # bad input before any network probe
     overrides = parse_variant_overrides(variant or [])
+    if overrides:
+        from mmstack.facts.gpus import load as load_facts
+        from mmstack.variants.matrix import check_overrides
+
+        check_overrides(load_facts(), root / "conda_build_config.yaml", overrides, env=ALL if build_all else env)
     sources = tuple(extra_channels or DEFAULT_CHANNELS)
     require_reachable(sources, option="--source-channel")
     if work_dir is not None:

@@ -8,6 +8,7 @@ arch tag agreeing with the arch set, every GPU generation served natively.
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -195,3 +196,42 @@ def load_matrix(facts: Facts, path: Path) -> list[Variant]:
 def config_digest(path: Path) -> str:
     """Short hash of the variant config (staleness checks for locks and workflows)."""
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+
+
+# Keys a `--variant` override may set beyond the config's own: the noarch recipes read python_min
+# (`${{ python_min | default("3.11") }}`, as conda-forge's pinning sets it).
+RECIPE_KEYS = ("python_min",)
+_MINOR = re.compile(r"\d+\.\d+")
+
+
+def check_overrides(facts: Facts, path: Path, overrides: dict[str, str], *, env: str | None,
+                    option: str = "--variant") -> None:
+    """`build --variant KEY=VALUE` by the matrix's rules: a key of the variant config (or one a
+    recipe reads, RECIPE_KEYS), and every row the build takes (`env`'s rows; every row for None or
+    "all") still a valid variant with the override in it, as `mmstack matrix` judges a row. An
+    overridden arch_tag may extend the derived one (sm80ptx for 8.0+PTX) to name an experiment.
+    BadInput (exit 2) on the first problem."""
+    if not overrides:
+        return
+    combos = read_config(path)
+    keys = {k for c in combos for k in c}
+    unknown = sorted(set(overrides) - keys - set(RECIPE_KEYS))
+    if unknown:
+        raise BadInput(f"not a key of {Path(path).name}", source=f"{option} {unknown[0]}",
+                       fix=f"use one of {', '.join(sorted(keys | set(RECIPE_KEYS)))}")
+    for key in ("python", "python_min", "pytorch"):
+        if key in overrides and not _MINOR.fullmatch(overrides[key]):
+            raise BadInput(f"{overrides[key]!r} is not a version like 3.12", source=f"{option} {key}",
+                           fix=f"write it like {option} {key}=3.12" if key != "pytorch" else f"write it like {option} pytorch=2.13")
+    matrix = build_matrix(facts, combos, source=str(path))
+    rows = [v for v in matrix if env in (None, "all") or env in v.envs]
+    for row in rows:
+        combo = {**row.variant_keys(), **{k: v for k, v in overrides.items() if k not in RECIPE_KEYS}}
+        problem = _variant(facts, combo)
+        if isinstance(problem, str) and "arch_tag" in overrides:
+            derived = _variant(facts, {**combo, "arch_tag": FAT_TAG})
+            if isinstance(derived, Variant) and combo["arch_tag"].startswith(arch_tag_for(derived.targets)):
+                problem = derived  # the user's own name for the build, extending the derived one
+        if isinstance(problem, str):
+            raise BadInput(problem, source=option,
+                           fix="give values `mmstack matrix` would accept for this row (CUDA known and able to build the arch list)")
