@@ -51,7 +51,7 @@ def run_gpus(*, name: str | None, as_json: bool, arch: str | None = None, env: s
             "sm": archmod.parse_arch(cc).sm,
             "cuda_versions": [t.version for t in sorted(facts.toolkits_for(cc), key=lambda t: t.key)],
             "env_cuda": gen.cuda if gen else None,
-            "min_driver_for_env_cuda": facts.toolkit(gen.cuda).min_driver if gen else None,
+            "min_driver_for_env_cuda": facts.toolkit(gen.cuda).driver if gen else None,
             "verify": f"pixi run -e {gen.env} verify" if gen else None,
             "same_chip_as": gpu.same_chip_as or None,
             "source": gpu.source,

@@ -28,6 +28,7 @@ FACTS_FILE = "gpus.toml"
 _ARCH_RE = re.compile(r"^\d{1,2}\.\d[af]?$")
 _VERSION_RE = re.compile(r"^\d+\.\d+$")
 _DRIVER_RE = re.compile(r"^\d{3}\.\d{2,3}(\.\d{2})?$")
+UNKNOWN_DRIVER = "unknown"  # a toolkit row whose GA driver no source gave (13.4, 13.5)
 
 Url = Annotated[str, Field(pattern=r"^https://\S+$")]
 
@@ -71,6 +72,15 @@ class Architecture(_Strict):
     compute_capability: Cc
     name: str
     first_cuda: str = Field(pattern=_VERSION_RE.pattern)
+    last_cuda: str = Field(default="", pattern=r"^(\d+\.\d+)?$")  # only where no [[cuda]] row targets it
+    source: Url
+
+
+class Chip(_Strict):
+    """A GPU die ("GM204") and its compute capability: the one place a chip's figure is."""
+
+    name: str = Field(pattern=r"^[A-Z]{2}\d{2,3}[A-Z]?$")
+    compute_capability: Cc
     source: Url
 
 
@@ -78,12 +88,19 @@ class Gpu(_Strict):
     name: str
     aliases: tuple[str, ...] = ()
     compute_capability: Cc
+    chip: str
+    nvidia_list_says: str = ""  # NVIDIA's list's figure, where it contradicts the chip
     segment: str
     same_chip_as: str = ""
     source: Url
     # derived by the loader (never written in the TOML): from [[architecture]] and [[generation]]
     architecture: str = ""
     generation: str = ""  # the env whose SASS is exactly this GPU's compute capability, "" if none
+
+    @field_validator("nvidia_list_says")
+    @classmethod
+    def _listed(cls, v: str) -> str:
+        return v and _arch(v)
 
     @field_validator("segment")
     @classmethod
@@ -104,7 +121,7 @@ class CudaToolkit(_Strict):
     sass: tuple[str, ...]
     arch_specific: tuple[str, ...]
     deprecated: tuple[str, ...] = ()
-    min_driver: str = Field(pattern=_DRIVER_RE.pattern)
+    min_driver: str = Field(pattern=f"{_DRIVER_RE.pattern}|^{UNKNOWN_DRIVER}$")
     max_gcc: int
     sources: tuple[Url, ...] = Field(min_length=1)
 
@@ -126,6 +143,11 @@ class CudaToolkit(_Strict):
         return int(self.version.split(".")[0])
 
     @property
+    def driver(self) -> str | None:
+        """The toolkit's own GA driver, None where the facts do not know it."""
+        return None if self.min_driver == UNKNOWN_DRIVER else self.min_driver
+
+    @property
     def key(self) -> tuple[int, ...]:
         return version_key(self.version)
 
@@ -144,6 +166,7 @@ class ToolkitChanges:
 class Facts(_Strict):
     generation: tuple[Generation, ...]
     architecture: tuple[Architecture, ...]
+    chip: tuple[Chip, ...]
     gpu: tuple[Gpu, ...]
     cuda_major: tuple[CudaMajor, ...]
     cuda: tuple[CudaToolkit, ...]
@@ -209,6 +232,15 @@ class Facts(_Strict):
             return row.first_cuda  # the loader checked it against the [[cuda]] rows where they reach
         first = self.first_toolkit_for(cc)
         return first.version if first else None
+
+    def last_cuda(self, cc: str) -> str | None:
+        """The last toolkit whose nvcc targets `cc`; None while the newest toolkit row still does."""
+        tks = sorted(self.toolkits_for(cc), key=lambda t: t.key)
+        newest = max(self.cuda, key=lambda t: t.key) if self.cuda else None
+        if tks:
+            return None if tks[-1] is newest else tks[-1].version
+        row = self.arch_row(cc)
+        return row.last_cuda or None if row else None
 
     def toolkit(self, version: str) -> CudaToolkit:
         for tk in self.cuda:
@@ -357,12 +389,28 @@ def _cross_check(facts: Facts, where: str) -> None:
         if gpu.generation and gpu.generation not in envs:
             raise BadInput(f"gpu {gpu.name!r}: generation {gpu.generation!r} is not a [[generation]] env", source=where)
     archs = {a.compute_capability: a for a in facts.architecture}
+    chips: dict[str, Chip] = {}
+    for i, chip in enumerate(facts.chip):
+        if chips.setdefault(chip.name, chip) is not chip:
+            raise BadInput(f"field chip.{i}.name: {chip.name!r} has two rows", source=where, fix="keep one")
+        if chip.compute_capability not in archs:
+            raise BadInput(f"field chip.{i}.compute_capability: {chip.compute_capability} has no [[architecture]] row",
+                           source=where, fix="add the architecture row (name, first_cuda, source)")
     seen: dict[str, str] = {}
     by_name = {g.name: g for g in facts.gpu}
     for i, gpu in enumerate(facts.gpu):
-        if gpu.compute_capability not in archs:
-            raise BadInput(f"field gpu.{i}.compute_capability: {gpu.compute_capability} has no [[architecture]] row",
-                           source=where, fix="add the architecture row (name, first_cuda, source)")
+        chip = chips.get(gpu.chip)
+        if chip is None:
+            raise BadInput(f"field gpu.{i}.chip: {gpu.chip!r} ({gpu.name}) is not a [[chip]] row", source=where,
+                           fix="add the chip (name, compute_capability, source) or correct the name")
+        if chip.compute_capability != gpu.compute_capability:
+            raise BadInput(f"field gpu.{i}.compute_capability: {gpu.name} says {gpu.compute_capability} but its chip"
+                           f" {chip.name} is {chip.compute_capability}", source=where,
+                           fix=f"write compute_capability = \"{chip.compute_capability}\" (keep a list's other figure in"
+                           " nvidia_list_says), or correct the chip")
+        if gpu.nvidia_list_says == gpu.compute_capability:
+            raise BadInput(f"field gpu.{i}.nvidia_list_says: equals the row's compute capability", source=where,
+                           fix="delete it: it records only where NVIDIA's list contradicts the chip")
         for n in (gpu.name, *gpu.aliases):
             other = seen.setdefault(_norm(n), gpu.name)
             if other != gpu.name:
@@ -370,9 +418,9 @@ def _cross_check(facts: Facts, where: str) -> None:
                                fix="every name and alias must pick one GPU")
         if gpu.same_chip_as:
             twin = by_name.get(gpu.same_chip_as)
-            if twin is None or twin.compute_capability != gpu.compute_capability:
-                raise BadInput(f"field gpu.{i}.same_chip_as: {gpu.same_chip_as!r} is not a GPU of compute capability"
-                               f" {gpu.compute_capability}", source=where)
+            if twin is None or twin.chip != gpu.chip:
+                raise BadInput(f"field gpu.{i}.same_chip_as: {gpu.same_chip_as!r} is not a GPU on chip {gpu.chip}",
+                               source=where, fix="name a listed product on the same chip")
     versions = {t.version for t in facts.cuda}
     oldest = min(facts.cuda, key=lambda t: t.key).key if facts.cuda else (0,)
     for a in facts.architecture:
@@ -381,6 +429,9 @@ def _cross_check(facts: Facts, where: str) -> None:
         if known_since_oldest and (first is None or first.version != a.first_cuda):
             raise BadInput(f"architecture {a.compute_capability}: first_cuda {a.first_cuda} but the first [[cuda]] row"
                            f" targeting it is {first.version if first else 'none'}", source=where)
+        if a.last_cuda and first is not None:
+            raise BadInput(f"architecture {a.compute_capability}: last_cuda is derived from the [[cuda]] rows that target"
+                           " it", source=where, fix="delete last_cuda")
     for gen in facts.generation:
         if not gen.is_gpu:
             continue
