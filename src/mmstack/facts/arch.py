@@ -5,15 +5,22 @@ meaning), "9.0a" / "10.0f" (arch- and family-specific SASS). `parse_arch_list` a
 people paste: `sm_89`, `compute_89` (PTX only), `-gencode=arch=compute_90,code=sm_90`,
 `8.9;9.0`, `"8.6 8.9"`. Conversion to nvcc flags happens in `gencode_flags` alone.
 
-Coverage (NVIDIA's CUDA C++ Programming Guide, "Binary Compatibility" and "PTX Compatibility",
-https://docs.nvidia.com/cuda/cuda-c-programming-guide/index.html#binary-compatibility):
-  * SASS for X.y runs on GPUs of the same major X at minor >= y (sm_80 runs on 8.6; sm_86 does
-    not run on 8.0; sm_90 does not run on 12.0).
-  * "a" (arch-specific) SASS runs only on exactly that compute capability; "f" (family) SASS
-    runs on the same major at minor >= y; neither carries forward to a newer major.
-  * PTX is JIT-compiled by the driver for any GPU of equal or higher compute capability, and
-    only by a driver at least as new as the toolkit that wrote the PTX. "a"/"f" PTX does not
-    carry forward.
+Coverage: what a GPU of compute capability X.Y runs, per kind of target. NVIDIA's CUDA Programming
+Guide ("Binary Compatibility", "PTX Compatibility" and, for the suffixes, "Feature Availability":
+https://docs.nvidia.com/cuda/cuda-programming-guide/05-appendices/compute-capabilities.html#feature-availability)
+and the CUDA 12.9 announcement of family-specific targets
+(https://developer.nvidia.com/blog/nvidia-blackwell-and-nvidia-cuda-12-9-introduce-family-specific-architecture-features/):
+  * plain SASS sm_Xy runs on the same major X at minor >= y (sm_80 runs on 8.6; sm_86 not on 8.0;
+    sm_90 not on 12.0);
+  * "a" (architecture-specific) SASS sm_Xya runs only on exactly X.y;
+  * "f" (family-specific) SASS sm_Xyf runs on the family: the same major X at minor >= y (sm_100f
+    on 10.0, 10.3 and 10.7; not on 11.0);
+  * plain PTX compute_Xy is JIT-compiled by the driver for any GPU of equal or higher compute
+    capability, and only by a driver at least as new as the toolkit that wrote the PTX;
+  * "a" PTX compute_Xya JITs only on exactly X.y; "f" PTX compute_Xyf on the family (same major,
+    minor >= y): compute_100f on 10.3, compute_120f on 12.1.
+The PTX rules are checked against NVIDIA's ptxas 13.0 and 13.5 (tests/data/facts/ptxas-targets.txt,
+written by benchmarks/ptxas_targets.py: which -arch each kind of PTX compiles for).
 """
 
 from __future__ import annotations
@@ -219,17 +226,19 @@ def coverage(gpu: Arch, targets) -> CoverageResult:
 
 
 def _rank(gpu: Arch, t: Target) -> int:
+    """3 native SASS, 2 lower-minor SASS, 1 PTX JIT, 0 does not run (the rules in the module docstring)."""
     a = t.arch
-    if t.kind == "sass":
-        if a.suffix == "a":
-            return 3 if (a.major, a.minor) == (gpu.major, gpu.minor) else 0
-        if a.major != gpu.major or a.minor > gpu.minor:
-            return 0
-        return 3 if a.minor == gpu.minor else 2
-    # PTX: forward to any equal-or-newer compute capability; a/f PTX stays put.
-    if a.suffix:
-        return 1 if (a.major, a.minor) == (gpu.major, gpu.minor) else 0
-    return 1 if (a.major, a.minor) <= (gpu.major, gpu.minor) else 0
+    if a.suffix == "a":  # architecture-specific: exactly that compute capability
+        runs = (a.major, a.minor) == (gpu.major, gpu.minor)
+    elif a.suffix == "f" or t.kind == "sass":  # family-specific, and plain SASS: same major, minor at or below
+        runs = a.major == gpu.major and a.minor <= gpu.minor
+    else:  # plain PTX: any equal or newer compute capability
+        runs = (a.major, a.minor) <= (gpu.major, gpu.minor)
+    if not runs:
+        return 0
+    if t.kind == "ptx":
+        return 1
+    return 3 if a.minor == gpu.minor else 2
 
 
 def unbuildable(targets, toolkit_version: str, facts: Facts) -> list[Target]:
@@ -423,7 +432,7 @@ def _verdict(facts: Facts, who: _Subject, targets, *, cuda: str | None, arch_lis
     ptx_tk = cuda or "the building toolkit"
     return Assessment(
         **common, verdict="ptx-jit", ok=True, warning=True, notes=notes,
-        reason=f"runs only through PTX JIT from compute_{target.arch.major}{target.arch.minor}: slow first"
+        reason=f"runs only through PTX JIT from {target.arch.compute}: slow first"
         f" start, and the driver must be at least as new as {ptx_tk}",
         fix=f"add {cc} to the arch list (needs CUDA >= {need_cuda}), or {hint}",
     )
