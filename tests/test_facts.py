@@ -61,6 +61,58 @@ def test_unknown_gpu_did_you_mean():
         facts.load().find_gpu("RTX 5900")
 
 
+# Names real systems print (issue 23): nvidia-smi on JetPack 6, deviceQuery on a Jetson Nano, NVML on a GH200,
+# vGPU guests (profile = frame buffer GB + series letter) and MIG instances map to the physical GPU's row.
+@pytest.mark.parametrize("printed, row, cc", [
+    ("Orin (nvgpu)", "Orin (nvgpu)", "8.7"), ("Orin", "Orin (nvgpu)", "8.7"),
+    ("NVIDIA Tegra X1", "NVIDIA Tegra X1", "5.3"), ("NVIDIA GH200 144G HBM3e", "NVIDIA GH200", "9.0"),
+    ("NVIDIA GH200 480GB", "NVIDIA GH200", "9.0"),
+    ("NVIDIA A10-24Q", "NVIDIA A10", "8.6"), ("NVIDIA A10-6Q", "NVIDIA A10", "8.6"), ("GRID A100-40C", "NVIDIA A100", "8.0"),
+    ("GRID A100-4-20C", "NVIDIA A100", "8.0"), ("GRID T4-16Q", "NVIDIA T4", "7.5"), ("GRID P4-8C", "Tesla P4", "6.1"),
+    ("NVIDIA L40S-48Q", "NVIDIA L40S", "8.9"),
+    ("NVIDIA A100-SXM4-40GB MIG 1g.5gb", "NVIDIA A100", "8.0"), ("NVIDIA A100 80GB PCIe MIG 1c.3g.40gb", "NVIDIA A100", "8.0"),
+    ("NVIDIA H100 80GB HBM3 MIG 1g.10gb", "NVIDIA H100", "9.0"), ("NVIDIA GB200 MIG 1g.24gb+me", "NVIDIA GB200", "10.0"),
+    ("Tesla K80", "Tesla K80", "3.7"), ("GeForce GTX 780", "GeForce GTX 780", "3.5"), ("Tesla K40m", "Tesla K40", "3.5"),
+    ("GeForce GTX 580", "GeForce GTX 580", "2.0"), ("NVIDIA Tegra K1", "Jetson TK1", "3.2"),
+])
+def test_names_real_systems_print(printed, row, cc):
+    gpu = facts.load().find_gpu(printed)
+    assert (gpu.name, gpu.compute_capability) == (row, cc)
+
+
+def test_a_mig_or_vgpu_suffix_does_not_invent_a_gpu():
+    f = facts.load()
+    for name in ("NVIDIA A7-24Q", "GRID Z100-40C", "NVIDIA X100-SXM4-40GB MIG 1g.5gb"):
+        assert f.lookup_gpu(name) is None, name
+
+
+# Names the facts lack, with their real compute capability (the chip's): a did-you-mean names its own
+# compute capability, and says it is another GPU whenever its model differs, since the figure may differ.
+@pytest.mark.parametrize("name, real_cc", [
+    ("Quadro K2000", "3.0"), ("GeForce GT 640", "3.0"), ("GeForce GTX 745", "5.0"), ("GeForce GTX 960A", "5.0"),
+    ("Tesla K520", "3.0"), ("NVIDIA Tegra X2", "6.2"), ("GeForce GTX 860M", "5.0"), ("Quadro K1100M", "3.0"),
+    ("Quadro M3000 SE", "5.2"), ("GeForce GTX 675MX", "3.0"), ("RTX 5900", "12.0"), ("Gefroce RTX 3090", "8.6"),
+])
+def test_did_you_mean_is_honest_about_compute_capability(name, real_cc):
+    f = facts.load()
+    with pytest.raises(BadInput) as err:
+        f.find_gpu(name)
+    msg = str(err.value)
+    m = re.search(r"did you mean '([^']+)' \(compute capability ([\d.]+)\)", msg)
+    if m is None:
+        assert "did you mean" not in msg
+        return
+    assert f.find_gpu(m.group(1)).compute_capability == m.group(2)
+    assert m.group(2) == real_cc or "another GPU" in msg, msg
+
+
+def test_a_misspelling_is_not_called_another_gpu():
+    with pytest.raises(BadInput) as err:
+        facts.load().find_gpu("Gefroce RTX 3090")
+    assert "did you mean 'GeForce RTX 3090' (compute capability 8.6)?" in str(err.value)
+    assert "another GPU" not in str(err.value)
+
+
 def test_every_generation_is_buildable_by_its_cuda_and_first_cuda_is_right():
     f = facts.load()
     for gen in f.generation:

@@ -199,25 +199,47 @@ class Facts(_Strict):
     def lookup_gpu(self, name: str) -> Gpu | None:
         """A GPU by name or alias as people type it or NVML prints it; None when unknown.
 
-        Case, spaces, dashes, 'NVIDIA'/'GeForce'/'Tesla' prefixes are ignored; failing an exact
+        Case, spaces, dashes, 'NVIDIA'/'GeForce'/'Tesla'/'GRID' prefixes are ignored; failing an exact
         match, memory sizes, form factors and 'Laptop GPU' are dropped ('NVIDIA A100-SXM4-80GB',
-        'NVIDIA GeForce RTX 3060 Laptop GPU', 'NVIDIA H100 80GB HBM3')."""
+        'NVIDIA GeForce RTX 3060 Laptop GPU', 'NVIDIA H100 80GB HBM3', 'NVIDIA GH200 144G HBM3e'), and
+        a MIG instance or a vGPU profile is its parent GPU ('NVIDIA A100-SXM4-40GB MIG 1g.5gb',
+        'NVIDIA A10-24Q', 'GRID A100-40C')."""
         names = self._names()
-        key = _norm(name)
-        if key in names:
-            return names[key]
-        return names.get(_norm(_strip_variant(name)))
+        for candidate in (name, _parent(name)):
+            key = _norm(candidate)
+            if key in names:
+                return names[key]
+            hit = names.get(_norm(_strip_variant(candidate)))
+            if hit is not None:
+                return hit
+        return None
 
     def find_gpu(self, name: str) -> Gpu:
         """Like lookup_gpu, but an unknown name is bad input with a did-you-mean."""
         gpu = self.lookup_gpu(name)
         if gpu is not None:
             return gpu
-        names = [n for gpu in self.gpu for n in (gpu.name, *gpu.aliases)]
         raise BadInput(
-            f"unknown GPU {name!r}{_did_you_mean(name, names)}",
+            f"unknown GPU {name!r}{self._gpu_did_you_mean(name)}",
             fix="run `mmstack gpus` for the known names, or pass --cc X.Y (nvidia-smi --query-gpu=compute_cap --format=csv)",
         )
+
+    def _gpu_did_you_mean(self, name: str) -> str:
+        """A close name, always with its compute capability; when its model number is not the one asked
+        about (GTX 780 -> GTX 980), it says that this is another GPU whose compute capability may differ."""
+        by_name = {n: gpu for gpu in self.gpu for n in (gpu.name, *gpu.aliases)}
+        hint = _did_you_mean(name, by_name)
+        if not hint:
+            return ""
+        close = hint.split("'", 2)[1] if "'" in hint else ""
+        gpu = by_name.get(close)
+        if gpu is None:  # pragma: no cover - _did_you_mean returns one of the choices
+            return hint
+        said = f"; did you mean {close!r} (compute capability {gpu.compute_capability})?"
+        if _model_numbers(name) != _model_numbers(close):
+            said += (f" It is another GPU than {name!r}: its compute capability need not be yours"
+                     " (nvidia-smi --query-gpu=compute_cap --format=csv tells)")
+        return said
 
     def arch_row(self, cc: str) -> Architecture | None:
         for a in self.architecture:
@@ -313,17 +335,34 @@ def version_key(version: str) -> tuple[int, ...]:
 
 def _norm(name: str) -> str:
     n = name.lower().replace("-", " ").replace("_", " ").strip()
-    for prefix in ("nvidia ", "geforce ", "tesla "):
+    for prefix in ("nvidia ", "grid ", "geforce ", "tesla "):
         if n.startswith(prefix):
             n = n[len(prefix):]
     return "".join(n.split())
 
 
-# What NVML/nvidia-smi append to a product name: memory, form factor, laptop and OEM markers.
+# What NVML/nvidia-smi append to a product name: memory ("80GB", GH200's "144G"), form factor, laptop and OEM markers.
 _VARIANT = re.compile(
-    r"\b(\d+\s?gb|hbm\d?e?|pcie|sxm\d?|oem|laptop\s+gpu|laptop|mobile|with\s+max\s?q\s+design|max\s?q|nvl\d*)\b",
+    r"\b(\d+\s?gb?|hbm\d?e?|pcie|sxm\d?|oem|laptop\s+gpu|laptop|mobile|with\s+max\s?q\s+design|max\s?q|nvl\d*)\b",
     re.I,
 )
+# A MIG instance prints as its parent plus the profile ("NVIDIA A100-SXM4-40GB MIG 1g.5gb", "... MIG 1c.2g.10gb",
+# "... MIG 1g.24gb+me"; NVIDIA's MIG user guide names the profiles so). A vGPU prints as the parent's short name,
+# a dash, the frame buffer in GB and the profile series letter ("NVIDIA A10-24Q", "GRID A100-40C", "GRID T4-16Q",
+# MIG-backed "GRID A100-4-20C"; NVIDIA's vGPU user guide's "Virtual GPU Types" tables).
+_MIG = re.compile(r"\s+MIG\s+(\d+c\.)?\d+g\.\d+gb(\+\w+)?\s*$", re.I)
+_VGPU = re.compile(r"-(\d+-)?\d+[ABCQ]\s*$")
+
+
+def _parent(name: str) -> str:
+    """The physical GPU a MIG instance or vGPU profile name belongs to (the name itself otherwise)."""
+    return _VGPU.sub("", _MIG.sub("", name.strip()))
+
+
+def _model_numbers(name: str) -> set[str]:
+    """The words of a name that carry digits, letters included ('K2000' and 'T2000' are two models)."""
+    words = re.split(r"[^a-z0-9]+", _strip_variant(_parent(name)).lower())
+    return {w for w in words if any(c.isdigit() for c in w)}
 
 
 def _strip_variant(name: str) -> str:
