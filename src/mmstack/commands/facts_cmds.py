@@ -21,6 +21,7 @@ def _gpu_row(facts, gpu) -> dict:
         "architecture": gpu.architecture,
         "segment": gpu.segment,
         "first_cuda": facts.first_cuda(gpu.compute_capability),
+        "last_cuda": facts.last_cuda(gpu.compute_capability),
         "environment": served.env,
         "environment_runs": served.coverage.value,
         "environment_reason": served.reason,
@@ -53,6 +54,8 @@ def run_gpus(*, name: str | None, as_json: bool, arch: str | None = None, env: s
             "env_cuda": gen.cuda if gen else None,
             "min_driver_for_env_cuda": facts.toolkit(gen.cuda).driver if gen else None,
             "verify": f"pixi run -e {gen.env} verify" if gen else None,
+            "chip": gpu.chip,
+            "nvidia_list_says": gpu.nvidia_list_says or None,
             "same_chip_as": gpu.same_chip_as or None,
             "source": gpu.source,
         }

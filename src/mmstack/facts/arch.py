@@ -289,15 +289,33 @@ def serving_env(facts: Facts, cc: str, *, segment: str = "") -> Serving:
         if result.coverage is not Coverage.NONE and (best is None or _ORDER[result.coverage] > _ORDER[best[0]]):
             best = (result.coverage, gen.env)
     if best is None:
-        can = [t.version for t in sorted(facts.toolkits_for(str(gpu)), key=lambda t: t.key)]
-        cuda = f"CUDA {' or '.join(_ranges(can))}" if can else f"CUDA >= {facts.first_cuda(str(gpu)) or '?'}"
-        return Serving(None, Coverage.NONE, f"no mmstack environment carries SASS or PTX that runs on {gpu} ({gpu.sm});"
-                       f" build mmcv with TORCH_CUDA_ARCH_LIST={gpu} ({cuda})")
+        last = facts.last_cuda(str(gpu))
+        if last is None:
+            return Serving(None, Coverage.NONE, f"no mmstack environment carries SASS or PTX that runs on {gpu} ({gpu.sm});"
+                           f" build mmcv with TORCH_CUDA_ARCH_LIST={gpu} ({cuda_range(facts, str(gpu))})")
+        return Serving(None, Coverage.NONE, f"{_dropped(facts, gpu, last)}: mmcv for it needs TORCH_CUDA_ARCH_LIST={gpu},"
+                       f" {cuda_range(facts, str(gpu))} and a pytorch built with such a toolkit")
     cov, env = best
     how = {Coverage.NATIVE: f"native {gpu.sm} SASS",
            Coverage.LOWER_MINOR: f"SASS of {facts.env(env).compute_capability} (same major, lower minor: runs, not tuned)",
            Coverage.PTX_JIT: "PTX JIT"}[cov]
     return Serving(env, cov, f"the {env} environment runs it with {how}")
+
+
+def _dropped(facts: Facts, gpu: Arch, last: str) -> str:
+    """'Kepler 3.5 (sm_35): no mmstack environment serves it; the last CUDA that targets it is 11.8'."""
+    row = facts.arch_row(str(gpu))
+    oldest = min(facts.cuda, key=lambda t: t.key)
+    before = f", older than every toolkit mmstack knows ({oldest.version}+)" if version_key(last) < oldest.key else ""
+    return (f"{row.name if row else 'compute capability'} {gpu} ({gpu.sm}): no mmstack environment serves it;"
+            f" the last CUDA that targets it is {last}{before}")
+
+
+def cuda_range(facts: Facts, cc: str) -> str:
+    """The toolkits that target `cc`: 'CUDA >= 12.8' while the newest does, else 'CUDA 5.0..11.8'."""
+    first = facts.first_cuda(cc) or "?"
+    last = facts.last_cuda(cc)
+    return f"CUDA >= {first}" if last is None else f"CUDA {first}..{last}"
 
 
 # -- the answer `mmstack arch check` gives -----------------------------------------------------
@@ -349,11 +367,13 @@ def _subject(facts: Facts, gpu_name: str | None, cc: str | None) -> _Subject:
 
 def _install_hint(facts: Facts, who: _Subject) -> str:
     served = serving_env(facts, str(who.cc), segment=getattr(who.gpu, "segment", ""))
-    first = facts.first_cuda(str(who.cc)) or "?"
     if served.env and served.coverage is Coverage.NATIVE:
         return (f"install the {served.env} environment (`pixi run -e {served.env} verify`, or conda"
                 f" \"mmcv=*=cuda*_sm{who.cc.major}{who.cc.minor}*\" from an mmstack channel)")
-    base = f"a build that carries {who.cc} SASS (TORCH_CUDA_ARCH_LIST={who.cc}, CUDA >= {first})"
+    base = f"a build that carries {who.cc} SASS (TORCH_CUDA_ARCH_LIST={who.cc}, {cuda_range(facts, str(who.cc))})"
+    last = facts.last_cuda(str(who.cc))
+    if served.env is None and last:
+        return f"{base}. {_dropped(facts, who.cc, last)}"
     if served.env:
         how = {Coverage.LOWER_MINOR: "runs, not tuned", Coverage.PTX_JIT: "PTX JIT"}[served.coverage]
         return f"{base}, or the {served.env} environment ({how})"
@@ -380,7 +400,7 @@ def assess(facts: Facts, *, gpu_name: str | None = None, arch_list: str, cuda: s
 def _verdict(facts: Facts, who: _Subject, targets, *, cuda: str | None, arch_list: str,
              notes: tuple[str, ...] = (), files: tuple[dict, ...] = ()) -> Assessment:
     cc = who.cc
-    need_cuda = facts.first_cuda(str(cc)) or "?"
+    need_cuda = cuda_range(facts, str(cc))
     hint = _install_hint(facts, who)
     common: dict[str, Any] = dict(gpu=who.name, compute_capability=str(cc), arch_list=arch_list, cuda=cuda, files=files)
     notes = tuple(notes)
@@ -403,7 +423,7 @@ def _verdict(facts: Facts, who: _Subject, targets, *, cuda: str | None, arch_lis
             return Assessment(
                 **common, verdict="cannot-build", ok=False, warning=False, reason=why, notes=notes,
                 fix=(f"use CUDA {' or '.join(_ranges(able))}" if able else "drop those archs")
-                + f" (the {who.name} needs CUDA >= {need_cuda})",
+                + f" (the {who.name} needs {need_cuda})",
             )
         if str(cc) not in tk.sass:
             can = [t.version for t in sorted(facts.toolkits_for(str(cc)), key=lambda t: t.key)]
@@ -418,7 +438,7 @@ def _verdict(facts: Facts, who: _Subject, targets, *, cuda: str | None, arch_lis
             **common, verdict="will-not-run", ok=False, warning=False, notes=notes,
             reason=f"{who.name}: compute capability {cc} ({sm}); the build holds no {sm} SASS (nor {cc.major}.x SASS"
             f" below it) and no PTX at or below {cc} (\"no kernel image is available for execution on the device\")",
-            fix=f"add {cc} to the arch list (needs CUDA >= {need_cuda}), or {hint}",
+            fix=f"add {cc} to the arch list (needs {need_cuda}), or {hint}",
         )
     if result.coverage is Coverage.NATIVE:
         return Assessment(**common, verdict="native", ok=True, warning=False, notes=notes,
@@ -434,7 +454,7 @@ def _verdict(facts: Facts, who: _Subject, targets, *, cuda: str | None, arch_lis
         **common, verdict="ptx-jit", ok=True, warning=True, notes=notes,
         reason=f"runs only through PTX JIT from {target.arch.compute}: slow first"
         f" start, and the driver must be at least as new as {ptx_tk}",
-        fix=f"add {cc} to the arch list (needs CUDA >= {need_cuda}), or {hint}",
+        fix=f"add {cc} to the arch list (needs {need_cuda}), or {hint}",
     )
 
 
