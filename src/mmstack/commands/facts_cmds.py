@@ -115,7 +115,9 @@ def run_arch_check(*, gpu: str | None, arch_list: str | None, cuda: str | None, 
             report.console().print(f"  note: {note}", markup=False)
         for f in a.files:
             report.console().print(f"  file: {f['path'].split('!')[-1]}: SASS [{', '.join(f['sass']) or '-'}],"
-                                   f" PTX [{', '.join(f['ptx']) or '-'}] -> {f['verdict']}", markup=False)
+                                   f" PTX [{', '.join(f['ptx']) or '-'}] -> {f['verdict']}"
+                                   + (f" (bundles with no code for it: {', '.join(f['failing_bundles'])})"
+                                      if f.get("failing_bundles") else ""), markup=False)
         if a.fix:
             report.console().print(f"  fix: {a.fix}", markup=False)
     return 0 if a.ok else 1

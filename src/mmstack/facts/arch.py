@@ -469,7 +469,10 @@ def assess_package(facts: Facts, listings, *, package: str, gpu_name: str | None
                    cc: str | None = None) -> Assessment:
     """Will a package (its CUDA objects, read by mmstack.facts.fatbin) run on the GPU?
 
-    Every object carrying CUDA code must run: the package's verdict is its weakest object's."""
+    Every object carrying CUDA code must run, and within an object every kernel bundle (fatbin container:
+    a translation unit's kernels) must, since the runtime loads a kernel from its own bundle only: an
+    object's verdict is its weakest bundle's, the package's its weakest object's, and the reason names
+    the bundles that would fail. Bundles that define no kernel (device-link stubs) are not judged."""
     who = _subject(facts, gpu_name, cc)
     cuda_objects = [lst for lst in listings if lst.sass or lst.ptx]
     if not cuda_objects:
@@ -479,17 +482,33 @@ def assess_package(facts: Facts, listings, *, package: str, gpu_name: str | None
             ok=False, warning=False, reason=f"{package}: {where}, none with CUDA code (a CPU build): it never uses the GPU",
             fix=f"install a CUDA build: {_install_hint(facts, who)}",
         )
+    def targets_of(sass, ptx) -> tuple[Target, ...]:
+        return tuple([Target(parse_arch(a), "sass") for a in sass] + [Target(parse_arch(a), "ptx") for a in ptx])
+
     files, assessed = [], []
     for lst in cuda_objects:
-        targets = tuple([Target(parse_arch(a), "sass") for a in lst.sass] + [Target(parse_arch(a), "ptx") for a in lst.ptx])
-        res = coverage(who.cc, targets)
-        files.append({"path": lst.path, "sass": list(lst.sass), "ptx": list(lst.ptx), "verdict": res.coverage.value})
-        assessed.append((res.coverage, targets, lst))
-    cov, targets, weakest = min(assessed, key=lambda w: _ORDER[w[0]])  # the first of the weakest
+        bundles = [b for b in getattr(lst, "bundles", ()) if not b.empty]
+        judged = [(coverage(who.cc, targets_of(b.sass, b.ptx)).coverage, targets_of(b.sass, b.ptx), b) for b in bundles]
+        if not judged:  # nothing but stubs (or a listing without bundles): the object's union decides
+            judged = [(coverage(who.cc, targets_of(lst.sass, lst.ptx)).coverage, targets_of(lst.sass, lst.ptx), None)]
+        worst = min(judged, key=lambda w: _ORDER[w[0]])
+        failing = [b for c, _, b in judged if c is Coverage.NONE and b is not None]
+        files.append({"path": lst.path, "sass": list(lst.sass), "ptx": list(lst.ptx), "verdict": worst[0].value,
+                      "bundles": [{"label": b.label, "sass": list(b.sass), "ptx": list(b.ptx), "kernels": list(b.kernels),
+                                   "verdict": c.value} for c, _, b in judged if b is not None],
+                      "failing_bundles": [b.label for b in failing]})
+        assessed.append((worst[0], worst[1], lst, failing, len(judged)))
+    cov, targets, weakest, failing, n_bundles = min(assessed, key=lambda w: _ORDER[w[0]])  # the first of the weakest
     a = _verdict(facts, who, targets, cuda=None, arch_list=format_arch_list(targets), files=tuple(files))
     others = len(cuda_objects) - 1
     label = weakest.path.split("!")[-1]
     prefix = f"{label} (the weakest of {len(cuda_objects)} CUDA objects): " if others else f"{label}: "
+    if failing:
+        def name(b) -> str:
+            kernels = ", ".join(b.kernels[:3]) + (f" and {len(b.kernels) - 3} more" if len(b.kernels) > 3 else "")
+            return f"{b.label} ({kernels + '; ' if kernels else ''}SASS [{', '.join(b.sass) or '-'}], PTX [{', '.join(b.ptx) or '-'}])"
+        listed = "; ".join(name(b) for b in failing[:5]) + (f"; and {len(failing) - 5} more" if len(failing) > 5 else "")
+        prefix += f"{len(failing)} of {n_bundles} kernel bundles have no code for {who.cc}: {listed}. The first: "
     can = [t.version for t in sorted(facts.toolkits_for(str(who.cc)), key=lambda t: t.key)]
     built_by = f"built by CUDA {' or '.join(_ranges(can))}" if can else "built by a toolkit that targets it"
     mmcv = f"; for mmcv: {_install_hint(facts, who)}"
