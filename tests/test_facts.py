@@ -1,5 +1,6 @@
 """The facts file: strict schema, a source on every row, and figures that hold together."""
 
+import itertools
 import re
 import shutil
 import subprocess
@@ -324,7 +325,7 @@ def test_every_toolkit_read_from_its_wheel_has_a_row():
 def test_minor_releases_never_dropped_an_arch():
     """What resolve_toolkit relies on when asked about a release newer than the newest row of its major."""
     ordered = sorted(facts.load().cuda, key=lambda t: t.key)
-    for older, newer in zip(ordered, ordered[1:]):
+    for older, newer in itertools.pairwise(ordered):
         if older.major == newer.major:
             assert set(older.sass) <= set(newer.sass), newer.version
 

@@ -438,14 +438,14 @@ def _cross_check(facts: Facts, where: str) -> None:
     seen: dict[str, str] = {}
     by_name = {g.name: g for g in facts.gpu}
     for i, gpu in enumerate(facts.gpu):
-        chip = chips.get(gpu.chip)
-        if chip is None:
+        own = chips.get(gpu.chip)
+        if own is None:
             raise BadInput(f"field gpu.{i}.chip: {gpu.chip!r} ({gpu.name}) is not a [[chip]] row", source=where,
                            fix="add the chip (name, compute_capability, source) or correct the name")
-        if chip.compute_capability != gpu.compute_capability:
+        if own.compute_capability != gpu.compute_capability:
             raise BadInput(f"field gpu.{i}.compute_capability: {gpu.name} says {gpu.compute_capability} but its chip"
-                           f" {chip.name} is {chip.compute_capability}", source=where,
-                           fix=f"write compute_capability = \"{chip.compute_capability}\" (keep a list's other figure in"
+                           f" {own.name} is {own.compute_capability}", source=where,
+                           fix=f"write compute_capability = \"{own.compute_capability}\" (keep a list's other figure in"
                            " nvidia_list_says), or correct the chip")
         if gpu.nvidia_list_says == gpu.compute_capability:
             raise BadInput(f"field gpu.{i}.nvidia_list_says: equals the row's compute capability", source=where,
