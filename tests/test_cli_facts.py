@@ -112,6 +112,36 @@ def test_gpus_first_cuda_and_env(gpu, first, env):
     assert code == 0 and (data["first_cuda"], data["environment"]) == (first, env)
 
 
+# GPUs below 5.0 (issue 23): known by name, what they are, that no environment serves them, and the last
+# CUDA that targets them (from the toolkit rows; Fermi's predates them all).
+@pytest.mark.parametrize("gpu, cc, what, last", [
+    ("Tesla K80", "3.7", "Kepler", "11.8"), ("GeForce GTX 780", "3.5", "Kepler", "11.8"),
+    ("GeForce GTX 680", "3.0", "Kepler", "10.2"), ("GeForce 910M", "3.5", "Kepler", "11.8"),
+    ("GeForce GTX 580", "2.0", "Fermi", "8.0"), ("GeForce GTX 560 Ti", "2.1", "Fermi", "8.0"),
+])
+def test_gpus_below_5_say_what_they_are_and_the_last_cuda(gpu, cc, what, last):
+    code, out, _ = mmstack("gpus", gpu, "--json")
+    data = json.loads(out)
+    assert code == 0 and (data["compute_capability"], data["architecture"], data["last_cuda"]) == (cc, what, last)
+    assert data["environment"] is None and data["environment_runs"] == "none"
+    reason = data["environment_reason"]
+    assert f"{what} {cc}" in reason and "no mmstack environment serves it" in reason
+    assert f"the last CUDA that targets it is {last}" in reason
+    assert ("older than every toolkit mmstack knows" in reason) == (what == "Fermi")
+    code, out, _ = mmstack("arch", "check", "--gpu", gpu, "--arch-list", "8.0", "--json")
+    verdict = json.loads(out)
+    assert code == 1 and verdict["verdict"] == "will-not-run"
+    assert f"the last CUDA that targets it is {last}" in verdict["fix"] and "CUDA >=" not in verdict["fix"]
+
+
+def test_cuda_13_5_targets_sm_107_and_the_gcc_16_row():
+    code, out, _ = mmstack("arch", "check", "--cc", "10.7", "--arch-list", "10.7;10.7f", "--cuda", "13.5", "--json")
+    data = json.loads(out)
+    assert code == 0 and data["verdict"] == "native" and not data["notes"]
+    code, out, _ = mmstack("arch", "check", "--cc", "10.7", "--arch-list", "10.7", "--cuda", "13.3", "--json")
+    assert code == 1 and json.loads(out)["verdict"] == "cannot-build"
+
+
 def test_gpus_filters():
     code, out, _ = mmstack("gpus", "--json")
     rows = json.loads(out)

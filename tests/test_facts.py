@@ -1,5 +1,6 @@
 """The facts file: strict schema, a source on every row, and figures that hold together."""
 
+import itertools
 import re
 import shutil
 import subprocess
@@ -61,6 +62,58 @@ def test_unknown_gpu_did_you_mean():
         facts.load().find_gpu("RTX 5900")
 
 
+# Names real systems print (issue 23): nvidia-smi on JetPack 6, deviceQuery on a Jetson Nano, NVML on a GH200,
+# vGPU guests (profile = frame buffer GB + series letter) and MIG instances map to the physical GPU's row.
+@pytest.mark.parametrize("printed, row, cc", [
+    ("Orin (nvgpu)", "Orin (nvgpu)", "8.7"), ("Orin", "Orin (nvgpu)", "8.7"),
+    ("NVIDIA Tegra X1", "NVIDIA Tegra X1", "5.3"), ("NVIDIA GH200 144G HBM3e", "NVIDIA GH200", "9.0"),
+    ("NVIDIA GH200 480GB", "NVIDIA GH200", "9.0"),
+    ("NVIDIA A10-24Q", "NVIDIA A10", "8.6"), ("NVIDIA A10-6Q", "NVIDIA A10", "8.6"), ("GRID A100-40C", "NVIDIA A100", "8.0"),
+    ("GRID A100-4-20C", "NVIDIA A100", "8.0"), ("GRID T4-16Q", "NVIDIA T4", "7.5"), ("GRID P4-8C", "Tesla P4", "6.1"),
+    ("NVIDIA L40S-48Q", "NVIDIA L40S", "8.9"),
+    ("NVIDIA A100-SXM4-40GB MIG 1g.5gb", "NVIDIA A100", "8.0"), ("NVIDIA A100 80GB PCIe MIG 1c.3g.40gb", "NVIDIA A100", "8.0"),
+    ("NVIDIA H100 80GB HBM3 MIG 1g.10gb", "NVIDIA H100", "9.0"), ("NVIDIA GB200 MIG 1g.24gb+me", "NVIDIA GB200", "10.0"),
+    ("Tesla K80", "Tesla K80", "3.7"), ("GeForce GTX 780", "GeForce GTX 780", "3.5"), ("Tesla K40m", "Tesla K40", "3.5"),
+    ("GeForce GTX 580", "GeForce GTX 580", "2.0"), ("NVIDIA Tegra K1", "Jetson TK1", "3.2"),
+])
+def test_names_real_systems_print(printed, row, cc):
+    gpu = facts.load().find_gpu(printed)
+    assert (gpu.name, gpu.compute_capability) == (row, cc)
+
+
+def test_a_mig_or_vgpu_suffix_does_not_invent_a_gpu():
+    f = facts.load()
+    for name in ("NVIDIA A7-24Q", "GRID Z100-40C", "NVIDIA X100-SXM4-40GB MIG 1g.5gb"):
+        assert f.lookup_gpu(name) is None, name
+
+
+# Names the facts lack, with their real compute capability (the chip's): a did-you-mean names its own
+# compute capability, and says it is another GPU whenever its model differs, since the figure may differ.
+@pytest.mark.parametrize("name, real_cc", [
+    ("Quadro K2000", "3.0"), ("GeForce GT 640", "3.0"), ("GeForce GTX 745", "5.0"), ("GeForce GTX 960A", "5.0"),
+    ("Tesla K520", "3.0"), ("NVIDIA Tegra X2", "6.2"), ("GeForce GTX 860M", "5.0"), ("Quadro K1100M", "3.0"),
+    ("Quadro M3000 SE", "5.2"), ("GeForce GTX 675MX", "3.0"), ("RTX 5900", "12.0"), ("Gefroce RTX 3090", "8.6"),
+])
+def test_did_you_mean_is_honest_about_compute_capability(name, real_cc):
+    f = facts.load()
+    with pytest.raises(BadInput) as err:
+        f.find_gpu(name)
+    msg = str(err.value)
+    m = re.search(r"did you mean '([^']+)' \(compute capability ([\d.]+)\)", msg)
+    if m is None:
+        assert "did you mean" not in msg
+        return
+    assert f.find_gpu(m.group(1)).compute_capability == m.group(2)
+    assert m.group(2) == real_cc or "another GPU" in msg, msg
+
+
+def test_a_misspelling_is_not_called_another_gpu():
+    with pytest.raises(BadInput) as err:
+        facts.load().find_gpu("Gefroce RTX 3090")
+    assert "did you mean 'GeForce RTX 3090' (compute capability 8.6)?" in str(err.value)
+    assert "another GPU" not in str(err.value)
+
+
 def test_every_generation_is_buildable_by_its_cuda_and_first_cuda_is_right():
     f = facts.load()
     for gen in f.generation:
@@ -85,10 +138,11 @@ def test_first_cuda(gpu, first):
     assert f.first_cuda(f.find_gpu(gpu).compute_capability) == first
 
 
-def test_toolkits_10_2_to_13_3_without_12_7():
+def test_toolkits_10_2_to_13_5_without_12_7():
     versions = [t.version for t in sorted(facts.load().cuda, key=lambda t: t.key)]
     assert versions == ["10.2", "11.0", "11.1", "11.2", "11.3", "11.4", "11.5", "11.6", "11.7", "11.8", "12.0", "12.1",
-                        "12.2", "12.3", "12.4", "12.5", "12.6", "12.8", "12.9", "13.0", "13.1", "13.2", "13.3"]
+                        "12.2", "12.3", "12.4", "12.5", "12.6", "12.8", "12.9", "13.0", "13.1", "13.2", "13.3", "13.4",
+                        "13.5"]
 
 
 # What each toolkit added, dropped and deprecated (release notes; the 11.x nvcc warning names
@@ -103,6 +157,8 @@ def test_toolkits_10_2_to_13_3_without_12_7():
     ("13.0", ("8.8", "11.0"), ("5.0", "5.2", "5.3", "6.0", "6.1", "6.2", "7.0", "7.2", "10.1"), ()),
     ("13.2", (), (), ()),
     ("13.3", (), (), ()),
+    ("13.4", ("10.7",), (), ()),
+    ("13.5", (), (), ()),
 ])
 def test_toolkit_changes(version, added, dropped, deprecated):
     c = facts.load().changes(version)
@@ -111,8 +167,9 @@ def test_toolkit_changes(version, added, dropped, deprecated):
 
 def test_newer_minor_is_answered_by_newest_row_and_12_7_is_bad_input():
     f = facts.load()
-    tk, note = f.resolve_toolkit("13.5")
-    assert tk.version == "13.3" and "13.5" in note
+    assert f.resolve_toolkit("13.5") == (f.toolkit("13.5"), "")
+    tk, note = f.resolve_toolkit("13.9")
+    assert tk.version == "13.5" and "13.9" in note
     assert f.resolve_toolkit("12.9") == (f.toolkit("12.9"), "")
     with pytest.raises(BadInput, match=r"12\.7"):
         f.resolve_toolkit("12.7")
@@ -129,13 +186,69 @@ def _lines(name: str) -> list[list[str]]:
 
 
 def test_every_gpu_on_nvidias_lists_is_known_with_its_compute_capability():
+    """NVIDIA's figure, except where the row's chip says otherwise (then the row records the list's figure)."""
     f = facts.load()
     rows = _lines("cuda-gpus.txt")
     assert len(rows) > 100
+    overruled = []
     for cc, name in rows:
         gpu = f.lookup_gpu(name)
         assert gpu is not None, f"{name} ({cc}) from NVIDIA's list is not in gpus.toml"
-        assert gpu.compute_capability == cc, name
+        if gpu.nvidia_list_says:
+            assert gpu.nvidia_list_says == cc != gpu.compute_capability, name
+            overruled.append(gpu.name)
+        else:
+            assert gpu.compute_capability == cc, name
+    assert sorted(overruled) == sorted(g.name for g in f.gpu if g.nvidia_list_says)
+
+
+# -- chips: a GPU's compute capability is its chip's ------------------------------------------------
+
+
+def test_every_rows_compute_capability_is_its_chips():
+    f = facts.load()
+    chips = {c.name: c for c in f.chip}
+    assert len(chips) == len(f.chip) >= 50
+    for gpu in f.gpu:
+        assert chips[gpu.chip].compute_capability == gpu.compute_capability, (gpu.name, gpu.chip)
+        if gpu.same_chip_as:
+            assert f.find_gpu(gpu.same_chip_as).chip == gpu.chip, gpu.name
+    assert all(c.source.startswith("https://") for c in f.chip)
+
+
+# The five rows NVIDIA's legacy list gets wrong (issue 23): the chip decides.
+@pytest.mark.parametrize("name, chip, cc, listed", [
+    ("Quadro M5000M", "GM204", "5.2", "5.0"), ("Quadro M4000M", "GM204", "5.2", "5.0"),
+    ("Quadro M3000M", "GM204", "5.2", "5.0"), ("Quadro M620", "GM107", "5.0", "5.2"),
+    ("GeForce 910M", "GK208B", "3.5", "5.2"),
+])
+def test_rows_nvidias_list_gets_wrong_follow_their_chip(name, chip, cc, listed):
+    gpu = facts.load().find_gpu(name)
+    assert (gpu.chip, gpu.compute_capability, gpu.nvidia_list_says) == (chip, cc, listed)
+
+
+def test_a_row_whose_chip_disagrees_is_refused(tmp_path):
+    text = DATA.read_text()
+    assert 'name = "Quadro M620"\ncompute_capability = "5.0"' in text
+    wrong = text.replace('name = "Quadro M620"\ncompute_capability = "5.0"', 'name = "Quadro M620"\ncompute_capability = "5.2"')
+    with pytest.raises(BadInput, match=r"gpu\.\d+\.compute_capability: Quadro M620 says 5\.2 but its chip GM107 is 5\.0"):
+        facts.load_file(_write(tmp_path, wrong))
+    unknown_chip = text.replace('chip = "GM107"', 'chip = "GM999"', 1)
+    with pytest.raises(BadInput, match=r"chip: 'GM999'"):
+        facts.load_file(_write(tmp_path, unknown_chip))
+
+
+@pytest.mark.parametrize("cc, last", [
+    ("2.0", "8.0"), ("2.1", "8.0"), ("3.0", "10.2"), ("3.2", "10.2"), ("3.5", "11.8"), ("3.7", "11.8"),
+    ("5.0", "12.9"), ("7.2", "12.9"), ("7.5", None), ("12.0", None),
+])
+def test_last_cuda(cc, last):
+    """Derived from the toolkit rows (dropped after the last row that lists it); Fermi's from its row."""
+    f = facts.load()
+    assert f.last_cuda(cc) == last
+    if last and facts.version_key(last) >= (10, 2):
+        assert cc in f.toolkit(last).sass
+        assert all(cc not in t.sass for t in f.cuda if t.key > facts.version_key(last))
 
 
 def test_laptop_and_variant_parts_from_nvidias_driver_readme_have_their_own_rows():
@@ -154,8 +267,14 @@ def test_laptop_and_variant_parts_from_nvidias_driver_readme_have_their_own_rows
 
 def test_driver_floors_equal_nvidias_table():
     table = {name: driver for name, driver in _lines("cuda-driver-table.txt")}
+    unknown = []
     for tk in facts.load().cuda:
-        assert table[f"CUDA {tk.version} GA"] == tk.min_driver, tk.version
+        if tk.driver is None:  # "unknown" only where the table has no line for the toolkit
+            assert not any(name.startswith(f"CUDA {tk.version} ") for name in table), tk.version
+            unknown.append(tk.version)
+        else:
+            assert table[f"CUDA {tk.version} GA"] == tk.min_driver, tk.version
+    assert unknown == ["13.4", "13.5"]
     assert facts.load().minor_compat_driver(11) == "450.80.02"
 
 
@@ -181,7 +300,7 @@ def test_toolkits_match_what_their_nvcc_wheels_say():
     f = facts.load()
     known = {t.version for t in f.cuda}
     reads = _wheel_reads()
-    assert {"11.7", "12.9", "13.1", "13.2", "13.3"} <= known & set(reads)
+    assert {"11.7", "12.9", "13.1", "13.2", "13.3", "13.4", "13.5"} <= known & set(reads)
     for version, read in reads.items():
         if version not in known:
             continue
@@ -196,14 +315,19 @@ def test_toolkits_match_what_their_nvcc_wheels_say():
             assert _sm_list(" ".join(read["deprecated"])) == set(tk.deprecated), version
 
 
-def test_releases_newer_than_the_facts_keep_every_arch_of_the_newest_row():
-    """What resolve_toolkit relies on for 13.4/13.5 (no row: their GA driver could not be read)."""
+def test_every_toolkit_read_from_its_wheel_has_a_row():
+    """13.4/13.5 have rows although their GA driver could not be read ("unknown")."""
     f = facts.load()
-    newest = max((t for t in f.cuda if t.major == 13), key=lambda t: t.key)
-    for version, read in _wheel_reads().items():
-        if version.startswith("13.") and facts.version_key(version) > newest.key:
-            assert set(newest.sass) <= _sm_list(" ".join(read["list-gpu-code"])), version
-            assert f.resolve_toolkit(version)[0] is newest
+    for version in _wheel_reads():
+        assert f.resolve_toolkit(version) == (f.toolkit(version), ""), version
+
+
+def test_minor_releases_never_dropped_an_arch():
+    """What resolve_toolkit relies on when asked about a release newer than the newest row of its major."""
+    ordered = sorted(facts.load().cuda, key=lambda t: t.key)
+    for older, newer in itertools.pairwise(ordered):
+        if older.major == newer.major:
+            assert set(older.sass) <= set(newer.sass), newer.version
 
 
 def test_cuda_matches_this_machines_nvcc():
@@ -234,8 +358,8 @@ def test_coverage_of_nvidias_lists():
     f = facts.load()
     assert len(f.gpu) >= 200
     ccs = {g.compute_capability for g in f.gpu}
-    assert {"5.0", "5.2", "5.3", "6.0", "6.1", "6.2", "7.0", "7.2", "7.5", "8.0", "8.6", "8.7", "8.9", "9.0",
-            "10.0", "10.3", "11.0", "12.0", "12.1"} == ccs
+    assert {"2.0", "2.1", "3.0", "3.2", "3.5", "3.7", "5.0", "5.2", "5.3", "6.0", "6.1", "6.2", "7.0", "7.2", "7.5",
+            "8.0", "8.6", "8.7", "8.9", "9.0", "10.0", "10.3", "11.0", "12.0", "12.1"} == ccs
     assert {g.segment for g in f.gpu} == set(facts.SEGMENTS)
 
 
@@ -249,7 +373,7 @@ def test_cuda13_dropped_maxwell_pascal_volta_and_blackwell_needs_128():
 
 def test_driver_floors_rise_with_the_toolkit():
     f = facts.load()
-    ordered = sorted(f.cuda, key=lambda t: t.key)
+    ordered = sorted((t for t in f.cuda if t.driver), key=lambda t: t.key)
     drivers = [facts.version_key(t.min_driver) for t in ordered]
     assert drivers == sorted(drivers)
     for t in ordered:  # minor-version compatibility floor is at or below each toolkit's own
@@ -282,6 +406,10 @@ def test_derived_fields_are_refused(tmp_path):
 
 def test_same_chip_mismatch_and_alias_clash_fail(tmp_path):
     text = DATA.read_text().replace('same_chip_as = "NVIDIA H100"', 'same_chip_as = "NVIDIA A100"', 1)
+    with pytest.raises(BadInput, match="same_chip_as"):
+        facts.load_file(_write(tmp_path, text))
+    # same compute capability, another chip: still refused
+    text = DATA.read_text().replace('same_chip_as = "NVIDIA A2"', 'same_chip_as = "GeForce RTX 3090"', 1)
     with pytest.raises(BadInput, match="same_chip_as"):
         facts.load_file(_write(tmp_path, text))
     text = DATA.read_text().replace('aliases = ["L4"]', 'aliases = ["L4", "H100"]', 1)

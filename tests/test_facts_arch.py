@@ -1,6 +1,7 @@
 """arch notation, gencode conversion and the coverage rules, table-driven."""
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -66,6 +67,81 @@ def test_coverage_rules(gpu, targets, expected):
     assert arch.coverage(arch.parse_arch(gpu), arch.parse_arch_list(targets)).coverage is expected
 
 
+# One table per rule of the module docstring (plain, "a" and "f"; SASS and PTX), each row a GPU and a target.
+C = arch.Coverage
+RULES = {
+    "plain SASS: same major, minor at or below": [
+        ("8.0", "sm_80", C.NATIVE), ("8.6", "sm_80", C.LOWER_MINOR), ("8.9", "sm_86", C.LOWER_MINOR),
+        ("8.0", "sm_86", C.NONE), ("12.0", "sm_90", C.NONE), ("10.3", "sm_100", C.LOWER_MINOR), ("11.0", "sm_100", C.NONE),
+        ("12.1", "sm_120", C.LOWER_MINOR), ("7.5", "sm_80", C.NONE),
+    ],
+    "'a' SASS: exactly that compute capability": [
+        ("9.0", "sm_90a", C.NATIVE), ("10.0", "sm_100a", C.NATIVE), ("10.3", "sm_100a", C.NONE),
+        ("12.1", "sm_120a", C.NONE), ("10.0", "sm_90a", C.NONE), ("10.0", "sm_103a", C.NONE),
+    ],
+    "'f' SASS: the family (same major, minor at or below)": [
+        ("10.0", "sm_100f", C.NATIVE), ("10.3", "sm_100f", C.LOWER_MINOR), ("10.7", "sm_100f", C.LOWER_MINOR),
+        ("10.0", "sm_103f", C.NONE), ("11.0", "sm_100f", C.NONE), ("12.1", "sm_120f", C.LOWER_MINOR),
+        ("12.0", "sm_121f", C.NONE), ("12.0", "sm_100f", C.NONE),
+    ],
+    "plain PTX: any equal or newer compute capability": [
+        ("8.0", "compute_80", C.PTX_JIT), ("12.0", "compute_90", C.PTX_JIT), ("11.0", "compute_103", C.PTX_JIT),
+        ("7.5", "compute_80", C.NONE), ("10.0", "compute_103", C.NONE),
+    ],
+    "'a' PTX: exactly that compute capability": [
+        ("9.0", "compute_90a", C.PTX_JIT), ("10.0", "compute_100a", C.PTX_JIT), ("10.3", "compute_100a", C.NONE),
+        ("12.0", "compute_90a", C.NONE), ("12.1", "compute_120a", C.NONE),
+    ],
+    "'f' PTX: the family (same major, minor at or below)": [
+        ("10.0", "compute_100f", C.PTX_JIT), ("10.3", "compute_100f", C.PTX_JIT), ("10.7", "compute_103f", C.PTX_JIT),
+        ("12.1", "compute_120f", C.PTX_JIT), ("11.0", "compute_110f", C.PTX_JIT), ("10.0", "compute_103f", C.NONE),
+        ("11.0", "compute_100f", C.NONE), ("12.0", "compute_121f", C.NONE), ("12.0", "compute_100f", C.NONE),
+    ],
+}
+
+
+@pytest.mark.parametrize("rule, gpu, target, expected",
+                         [(rule, *row) for rule, rows in RULES.items() for row in rows],
+                         ids=lambda v: v if isinstance(v, str) else None)
+def test_family_rules(rule, gpu, target, expected):
+    result = arch.coverage(arch.parse_arch(gpu), arch.parse_arch_list(target))
+    assert result.coverage is expected, rule
+    if expected is not C.NONE:
+        assert result.target == arch.parse_arch_list(target)[0]
+
+
+def _ptxas_reads() -> list[tuple[str, str, set[str], list[str]]]:
+    """(ptxas release, PTX target, -arch values it compiled for, every target it lists) per fixture line."""
+    targets: dict[str, list[str]] = {}
+    reads = []
+    for line in (Path(__file__).parent / "data" / "facts" / "ptxas-targets.txt").read_text().splitlines():
+        if line.startswith("#") or not line.strip():
+            continue
+        release, what, values = (p.strip() for p in line.split("|"))
+        if what == "targets":
+            targets[release] = values.split()
+        else:
+            reads.append((release, what, set(values.split()), targets[release]))
+    return reads
+
+
+def test_ptx_rules_agree_with_nvidias_ptxas():
+    """A GPU of compute capability X.Y has sm_XY's, sm_XYa's and sm_XYf's features, so the driver JITs PTX
+    for it when ptxas compiles that PTX for one of those (tests/data/facts/ptxas-targets.txt)."""
+    reads = _ptxas_reads()
+    assert {r[0] for r in reads} == {"13.0", "13.5"} and len(reads) >= 40
+    checked = set()
+    for release, ptx, compiled, listed in reads:
+        target = arch.parse_arch_list(ptx.replace("sm_", "compute_"))
+        assert target[0].kind == "ptx"
+        for gpu in (t for t in listed if t[-1].isdigit()):
+            runs_per_ptxas = bool({gpu, gpu + "a", gpu + "f"} & compiled)
+            cov = arch.coverage(arch.parse_arch(gpu), target).coverage
+            assert (cov is C.PTX_JIT) == runs_per_ptxas, (release, ptx, gpu)
+            checked.add((target[0].arch.suffix, runs_per_ptxas))
+    assert checked == {(s, r) for s in ("", "a", "f") for r in (True, False)}  # every rule, both ways
+
+
 # The advice in circulation, and what is true (issue 2's table).
 @pytest.mark.parametrize(
     "gpu, arch_list, cuda, verdict, ok, warning",
@@ -82,6 +158,11 @@ def test_coverage_rules(gpu, targets, expected):
         ("H200", "sm_90", "12.9", "native", True, False),
         ("Tesla T4", "7.5", "13.0", "native", True, False),
         ("GeForce RTX 2080", "6.1", "13.0", "cannot-build", False, False),  # CUDA 13 dropped Pascal
+        ("NVIDIA B300", "compute_100f", None, "ptx-jit", True, True),  # family PTX JITs on 10.3 (issue 23)
+        ("NVIDIA GB10", "compute_120f", "13.0", "ptx-jit", True, True),
+        ("NVIDIA B300", "10.0a", None, "will-not-run", False, False),
+        ("NVIDIA B300", "10.0f", None, "lower-minor", True, True),
+        ("NVIDIA B300", "10.7", "13.5", "will-not-run", False, False),  # 13.5 builds sm_107; it does not run on 10.3
     ],
 )
 def test_assess(gpu, arch_list, cuda, verdict, ok, warning):

@@ -40,6 +40,20 @@ def test_driver_compat_from_the_driver_cuda_version_alone(driver_cuda, runtime, 
     assert (c.ok, c.mode) == (ok, mode)
 
 
+# 13.4/13.5: the toolkit's own driver is unknown ("unknown" in the facts); only CUDA 13's minor-version floor
+# can be judged, and each verdict that would need the toolkit's own driver says it is unknown.
+@pytest.mark.parametrize("driver, runtime, ok, mode, says_unknown", [
+    ("610.43.02", "13.5", True, "minor-compat", True),  # new enough for 13.3: for 13.5 nobody knows
+    ("580.65.06", "13.4", True, "minor-compat", True),  # exactly CUDA 13's floor
+    ("575.51.03", "13.5", False, "too-old", True),  # a CUDA 12 driver: too old whatever 13.5's own floor is
+    ("610.43.02", "13.3", True, "native", False),  # 13.3's own driver is known
+])
+def test_unknown_toolkit_driver_is_said(driver, runtime, ok, mode, says_unknown):
+    c = driver_compat(FACTS, driver=driver, runtime_cuda=runtime)
+    assert (c.ok, c.mode, c.needed) == (ok, mode, "580.65.06" if mode != "native" else FACTS.toolkit(runtime).min_driver)
+    assert ("own driver floor is unknown" in c.message) is says_unknown, c.message
+
+
 def test_no_driver_and_driver_needed():
     assert driver_compat(FACTS, driver=None, runtime_cuda="12.9").mode == "unknown"
     assert driver_needed(FACTS, "12.8") == "525.60.13"

@@ -368,3 +368,45 @@ def test_docs_gpus_md_is_generated_from_the_committed_result():
     finally:
         sys.path.pop(0)
     assert (ROOT / "docs" / "gpus.md").read_text() == package_coverage.render(json.loads(RESULT.read_text()))
+
+
+# -- per kernel bundle: a .so of two translation units, one built for fewer GPUs -------------------
+
+
+@pytest.fixture(scope="module")
+def mixed_so(tmp_path_factory) -> Path:
+    """kernel.cu for sm_80 + sm_90 and a renamed copy for sm_80 only, linked into one .so by nvcc (whose
+    device-link step adds a stub bundle of its own default arch that defines no kernel)."""
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc is not on PATH: these tests compile real CUDA objects")
+    out = tmp_path_factory.mktemp("mixed")
+    second = out / "second.cu"
+    second.write_text(KERNEL.read_text().replace("launch_add", "launch_sub").replace("add", "sub"))
+    for src, gencode in ((KERNEL, ["-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90,code=sm_90"]),
+                         (second, ["-gencode", "arch=compute_80,code=sm_80"])):
+        subprocess.run(["nvcc", "-Xcompiler", "-fPIC", "-c", str(src), "-o", str(out / f"{src.stem}.o"), *gencode],
+                       check=True, capture_output=True)
+    subprocess.run(["nvcc", "-shared", str(out / "kernel.o"), str(out / "second.o"), "-o", str(out / "mixed.so")],
+                   check=True, capture_output=True)
+    return out / "mixed.so"
+
+
+def test_bundles_are_listed_with_their_kernels(mixed_so):
+    listing = _one(list_fatbins(mixed_so))
+    kernels = [b for b in listing.bundles if not b.empty]
+    assert [(b.sass, b.kernels) for b in kernels] == [(("8.0", "9.0"), ("_Z3addPfPKfi",)), (("8.0",), ("_Z3subPfPKfi",))]
+    assert all(b.label.startswith(".nv_fatbin+") for b in listing.bundles)
+    assert set(listing.sass) >= {"8.0", "9.0"}  # the union alone would call it native on 9.0
+    stubs = [b for b in listing.bundles if b.empty]
+    assert all(not b.kernels and not b.ptx for b in stubs)
+
+
+def test_package_verdict_is_the_worst_bundles_and_names_it(mixed_so):
+    code, a = _check("H100", mixed_so)
+    assert (code, a["verdict"]) == (1, "will-not-run")
+    failing = [b for b in a["files"][0]["bundles"] if b["verdict"] == "none"]
+    assert [b["kernels"] for b in failing] == [["_Z3subPfPKfi"]]
+    assert a["files"][0]["failing_bundles"] == [failing[0]["label"]]
+    assert f"1 of 2 kernel bundles have no code for 9.0: {failing[0]['label']} (_Z3subPfPKfi" in a["reason"]
+    code, a = _check("A100", mixed_so)  # both bundles carry sm_80; the stub is not judged
+    assert (code, a["verdict"]) == (0, "native") and "kernel bundles" not in a["reason"]

@@ -129,7 +129,10 @@ def verify(
 def fatbin(path: Path = typer.Argument(..., parser=_raw_path, callback=_not_empty, help="An .so, .whl, .conda or .tar.bz2."),
            expect: str | None = typer.Option(None, "--expect", help="Exit 1 unless the archs equal this list, e.g. '8.9' or '9.0;12.0+PTX'."),
            json: bool = JSON) -> None:
-    """SASS and PTX archs inside a shared object or a package holding some."""
+    """SASS and PTX archs inside a shared object or a package holding some.
+
+    Family-specific code prints with its suffix (10.0f, 12.0f) where `cuobjdump --list-elf` prints
+    sm_100 / sm_120: cuobjdump drops the 'f'; it is the same entry."""
     from mmstack.commands.ladder_cmds import run_fatbin
 
     raise typer.Exit(run_fatbin(path=path, as_json=json, expect=expect))

@@ -21,6 +21,7 @@ def _gpu_row(facts, gpu) -> dict:
         "architecture": gpu.architecture,
         "segment": gpu.segment,
         "first_cuda": facts.first_cuda(gpu.compute_capability),
+        "last_cuda": facts.last_cuda(gpu.compute_capability),
         "environment": served.env,
         "environment_runs": served.coverage.value,
         "environment_reason": served.reason,
@@ -51,8 +52,10 @@ def run_gpus(*, name: str | None, as_json: bool, arch: str | None = None, env: s
             "sm": archmod.parse_arch(cc).sm,
             "cuda_versions": [t.version for t in sorted(facts.toolkits_for(cc), key=lambda t: t.key)],
             "env_cuda": gen.cuda if gen else None,
-            "min_driver_for_env_cuda": facts.toolkit(gen.cuda).min_driver if gen else None,
+            "min_driver_for_env_cuda": facts.toolkit(gen.cuda).driver if gen else None,
             "verify": f"pixi run -e {gen.env} verify" if gen else None,
+            "chip": gpu.chip,
+            "nvidia_list_says": gpu.nvidia_list_says or None,
             "same_chip_as": gpu.same_chip_as or None,
             "source": gpu.source,
         }
@@ -112,7 +115,9 @@ def run_arch_check(*, gpu: str | None, arch_list: str | None, cuda: str | None, 
             report.console().print(f"  note: {note}", markup=False)
         for f in a.files:
             report.console().print(f"  file: {f['path'].split('!')[-1]}: SASS [{', '.join(f['sass']) or '-'}],"
-                                   f" PTX [{', '.join(f['ptx']) or '-'}] -> {f['verdict']}", markup=False)
+                                   f" PTX [{', '.join(f['ptx']) or '-'}] -> {f['verdict']}"
+                                   + (f" (bundles with no code for it: {', '.join(f['failing_bundles'])})"
+                                      if f.get("failing_bundles") else ""), markup=False)
         if a.fix:
             report.console().print(f"  fix: {a.fix}", markup=False)
     return 0 if a.ok else 1

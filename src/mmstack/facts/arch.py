@@ -5,15 +5,22 @@ meaning), "9.0a" / "10.0f" (arch- and family-specific SASS). `parse_arch_list` a
 people paste: `sm_89`, `compute_89` (PTX only), `-gencode=arch=compute_90,code=sm_90`,
 `8.9;9.0`, `"8.6 8.9"`. Conversion to nvcc flags happens in `gencode_flags` alone.
 
-Coverage (NVIDIA's CUDA C++ Programming Guide, "Binary Compatibility" and "PTX Compatibility",
-https://docs.nvidia.com/cuda/cuda-c-programming-guide/index.html#binary-compatibility):
-  * SASS for X.y runs on GPUs of the same major X at minor >= y (sm_80 runs on 8.6; sm_86 does
-    not run on 8.0; sm_90 does not run on 12.0).
-  * "a" (arch-specific) SASS runs only on exactly that compute capability; "f" (family) SASS
-    runs on the same major at minor >= y; neither carries forward to a newer major.
-  * PTX is JIT-compiled by the driver for any GPU of equal or higher compute capability, and
-    only by a driver at least as new as the toolkit that wrote the PTX. "a"/"f" PTX does not
-    carry forward.
+Coverage: what a GPU of compute capability X.Y runs, per kind of target. NVIDIA's CUDA Programming
+Guide ("Binary Compatibility", "PTX Compatibility" and, for the suffixes, "Feature Availability":
+https://docs.nvidia.com/cuda/cuda-programming-guide/05-appendices/compute-capabilities.html#feature-availability)
+and the CUDA 12.9 announcement of family-specific targets
+(https://developer.nvidia.com/blog/nvidia-blackwell-and-nvidia-cuda-12-9-introduce-family-specific-architecture-features/):
+  * plain SASS sm_Xy runs on the same major X at minor >= y (sm_80 runs on 8.6; sm_86 not on 8.0;
+    sm_90 not on 12.0);
+  * "a" (architecture-specific) SASS sm_Xya runs only on exactly X.y;
+  * "f" (family-specific) SASS sm_Xyf runs on the family: the same major X at minor >= y (sm_100f
+    on 10.0, 10.3 and 10.7; not on 11.0);
+  * plain PTX compute_Xy is JIT-compiled by the driver for any GPU of equal or higher compute
+    capability, and only by a driver at least as new as the toolkit that wrote the PTX;
+  * "a" PTX compute_Xya JITs only on exactly X.y; "f" PTX compute_Xyf on the family (same major,
+    minor >= y): compute_100f on 10.3, compute_120f on 12.1.
+The PTX rules are checked against NVIDIA's ptxas 13.0 and 13.5 (tests/data/facts/ptxas-targets.txt,
+written by benchmarks/ptxas_targets.py: which -arch each kind of PTX compiles for).
 """
 
 from __future__ import annotations
@@ -219,17 +226,19 @@ def coverage(gpu: Arch, targets) -> CoverageResult:
 
 
 def _rank(gpu: Arch, t: Target) -> int:
+    """3 native SASS, 2 lower-minor SASS, 1 PTX JIT, 0 does not run (the rules in the module docstring)."""
     a = t.arch
-    if t.kind == "sass":
-        if a.suffix == "a":
-            return 3 if (a.major, a.minor) == (gpu.major, gpu.minor) else 0
-        if a.major != gpu.major or a.minor > gpu.minor:
-            return 0
-        return 3 if a.minor == gpu.minor else 2
-    # PTX: forward to any equal-or-newer compute capability; a/f PTX stays put.
-    if a.suffix:
-        return 1 if (a.major, a.minor) == (gpu.major, gpu.minor) else 0
-    return 1 if (a.major, a.minor) <= (gpu.major, gpu.minor) else 0
+    if a.suffix == "a":  # architecture-specific: exactly that compute capability
+        runs = (a.major, a.minor) == (gpu.major, gpu.minor)
+    elif a.suffix == "f" or t.kind == "sass":  # family-specific, and plain SASS: same major, minor at or below
+        runs = a.major == gpu.major and a.minor <= gpu.minor
+    else:  # plain PTX: any equal or newer compute capability
+        runs = (a.major, a.minor) <= (gpu.major, gpu.minor)
+    if not runs:
+        return 0
+    if t.kind == "ptx":
+        return 1
+    return 3 if a.minor == gpu.minor else 2
 
 
 def unbuildable(targets, toolkit_version: str, facts: Facts) -> list[Target]:
@@ -280,15 +289,33 @@ def serving_env(facts: Facts, cc: str, *, segment: str = "") -> Serving:
         if result.coverage is not Coverage.NONE and (best is None or _ORDER[result.coverage] > _ORDER[best[0]]):
             best = (result.coverage, gen.env)
     if best is None:
-        can = [t.version for t in sorted(facts.toolkits_for(str(gpu)), key=lambda t: t.key)]
-        cuda = f"CUDA {' or '.join(_ranges(can))}" if can else f"CUDA >= {facts.first_cuda(str(gpu)) or '?'}"
-        return Serving(None, Coverage.NONE, f"no mmstack environment carries SASS or PTX that runs on {gpu} ({gpu.sm});"
-                       f" build mmcv with TORCH_CUDA_ARCH_LIST={gpu} ({cuda})")
+        last = facts.last_cuda(str(gpu))
+        if last is None:
+            return Serving(None, Coverage.NONE, f"no mmstack environment carries SASS or PTX that runs on {gpu} ({gpu.sm});"
+                           f" build mmcv with TORCH_CUDA_ARCH_LIST={gpu} ({cuda_range(facts, str(gpu))})")
+        return Serving(None, Coverage.NONE, f"{_dropped(facts, gpu, last)}: mmcv for it needs TORCH_CUDA_ARCH_LIST={gpu},"
+                       f" {cuda_range(facts, str(gpu))} and a pytorch built with such a toolkit")
     cov, env = best
     how = {Coverage.NATIVE: f"native {gpu.sm} SASS",
            Coverage.LOWER_MINOR: f"SASS of {facts.env(env).compute_capability} (same major, lower minor: runs, not tuned)",
            Coverage.PTX_JIT: "PTX JIT"}[cov]
     return Serving(env, cov, f"the {env} environment runs it with {how}")
+
+
+def _dropped(facts: Facts, gpu: Arch, last: str) -> str:
+    """'Kepler 3.5 (sm_35): no mmstack environment serves it; the last CUDA that targets it is 11.8'."""
+    row = facts.arch_row(str(gpu))
+    oldest = min(facts.cuda, key=lambda t: t.key)
+    before = f", older than every toolkit mmstack knows ({oldest.version}+)" if version_key(last) < oldest.key else ""
+    return (f"{row.name if row else 'compute capability'} {gpu} ({gpu.sm}): no mmstack environment serves it;"
+            f" the last CUDA that targets it is {last}{before}")
+
+
+def cuda_range(facts: Facts, cc: str) -> str:
+    """The toolkits that target `cc`: 'CUDA >= 12.8' while the newest does, else 'CUDA 5.0..11.8'."""
+    first = facts.first_cuda(cc) or "?"
+    last = facts.last_cuda(cc)
+    return f"CUDA >= {first}" if last is None else f"CUDA {first}..{last}"
 
 
 # -- the answer `mmstack arch check` gives -----------------------------------------------------
@@ -340,11 +367,13 @@ def _subject(facts: Facts, gpu_name: str | None, cc: str | None) -> _Subject:
 
 def _install_hint(facts: Facts, who: _Subject) -> str:
     served = serving_env(facts, str(who.cc), segment=getattr(who.gpu, "segment", ""))
-    first = facts.first_cuda(str(who.cc)) or "?"
     if served.env and served.coverage is Coverage.NATIVE:
         return (f"install the {served.env} environment (`pixi run -e {served.env} verify`, or conda"
                 f" \"mmcv=*=cuda*_sm{who.cc.major}{who.cc.minor}*\" from an mmstack channel)")
-    base = f"a build that carries {who.cc} SASS (TORCH_CUDA_ARCH_LIST={who.cc}, CUDA >= {first})"
+    base = f"a build that carries {who.cc} SASS (TORCH_CUDA_ARCH_LIST={who.cc}, {cuda_range(facts, str(who.cc))})"
+    last = facts.last_cuda(str(who.cc))
+    if served.env is None and last:
+        return f"{base}. {_dropped(facts, who.cc, last)}"
     if served.env:
         how = {Coverage.LOWER_MINOR: "runs, not tuned", Coverage.PTX_JIT: "PTX JIT"}[served.coverage]
         return f"{base}, or the {served.env} environment ({how})"
@@ -371,7 +400,7 @@ def assess(facts: Facts, *, gpu_name: str | None = None, arch_list: str, cuda: s
 def _verdict(facts: Facts, who: _Subject, targets, *, cuda: str | None, arch_list: str,
              notes: tuple[str, ...] = (), files: tuple[dict, ...] = ()) -> Assessment:
     cc = who.cc
-    need_cuda = facts.first_cuda(str(cc)) or "?"
+    need_cuda = cuda_range(facts, str(cc))
     hint = _install_hint(facts, who)
     common: dict[str, Any] = dict(gpu=who.name, compute_capability=str(cc), arch_list=arch_list, cuda=cuda, files=files)
     notes = tuple(notes)
@@ -394,7 +423,7 @@ def _verdict(facts: Facts, who: _Subject, targets, *, cuda: str | None, arch_lis
             return Assessment(
                 **common, verdict="cannot-build", ok=False, warning=False, reason=why, notes=notes,
                 fix=(f"use CUDA {' or '.join(_ranges(able))}" if able else "drop those archs")
-                + f" (the {who.name} needs CUDA >= {need_cuda})",
+                + f" (the {who.name} needs {need_cuda})",
             )
         if str(cc) not in tk.sass:
             can = [t.version for t in sorted(facts.toolkits_for(str(cc)), key=lambda t: t.key)]
@@ -409,7 +438,7 @@ def _verdict(facts: Facts, who: _Subject, targets, *, cuda: str | None, arch_lis
             **common, verdict="will-not-run", ok=False, warning=False, notes=notes,
             reason=f"{who.name}: compute capability {cc} ({sm}); the build holds no {sm} SASS (nor {cc.major}.x SASS"
             f" below it) and no PTX at or below {cc} (\"no kernel image is available for execution on the device\")",
-            fix=f"add {cc} to the arch list (needs CUDA >= {need_cuda}), or {hint}",
+            fix=f"add {cc} to the arch list (needs {need_cuda}), or {hint}",
         )
     if result.coverage is Coverage.NATIVE:
         return Assessment(**common, verdict="native", ok=True, warning=False, notes=notes,
@@ -423,9 +452,9 @@ def _verdict(facts: Facts, who: _Subject, targets, *, cuda: str | None, arch_lis
     ptx_tk = cuda or "the building toolkit"
     return Assessment(
         **common, verdict="ptx-jit", ok=True, warning=True, notes=notes,
-        reason=f"runs only through PTX JIT from compute_{target.arch.major}{target.arch.minor}: slow first"
+        reason=f"runs only through PTX JIT from {target.arch.compute}: slow first"
         f" start, and the driver must be at least as new as {ptx_tk}",
-        fix=f"add {cc} to the arch list (needs CUDA >= {need_cuda}), or {hint}",
+        fix=f"add {cc} to the arch list (needs {need_cuda}), or {hint}",
     )
 
 
@@ -440,7 +469,10 @@ def assess_package(facts: Facts, listings, *, package: str, gpu_name: str | None
                    cc: str | None = None) -> Assessment:
     """Will a package (its CUDA objects, read by mmstack.facts.fatbin) run on the GPU?
 
-    Every object carrying CUDA code must run: the package's verdict is its weakest object's."""
+    Every object carrying CUDA code must run, and within an object every kernel bundle (fatbin container:
+    a translation unit's kernels) must, since the runtime loads a kernel from its own bundle only: an
+    object's verdict is its weakest bundle's, the package's its weakest object's, and the reason names
+    the bundles that would fail. Bundles that define no kernel (device-link stubs) are not judged."""
     who = _subject(facts, gpu_name, cc)
     cuda_objects = [lst for lst in listings if lst.sass or lst.ptx]
     if not cuda_objects:
@@ -450,17 +482,33 @@ def assess_package(facts: Facts, listings, *, package: str, gpu_name: str | None
             ok=False, warning=False, reason=f"{package}: {where}, none with CUDA code (a CPU build): it never uses the GPU",
             fix=f"install a CUDA build: {_install_hint(facts, who)}",
         )
+    def targets_of(sass, ptx) -> tuple[Target, ...]:
+        return tuple([Target(parse_arch(a), "sass") for a in sass] + [Target(parse_arch(a), "ptx") for a in ptx])
+
     files, assessed = [], []
     for lst in cuda_objects:
-        targets = tuple([Target(parse_arch(a), "sass") for a in lst.sass] + [Target(parse_arch(a), "ptx") for a in lst.ptx])
-        res = coverage(who.cc, targets)
-        files.append({"path": lst.path, "sass": list(lst.sass), "ptx": list(lst.ptx), "verdict": res.coverage.value})
-        assessed.append((res.coverage, targets, lst))
-    cov, targets, weakest = min(assessed, key=lambda w: _ORDER[w[0]])  # the first of the weakest
+        bundles = [b for b in getattr(lst, "bundles", ()) if not b.empty]
+        judged = [(coverage(who.cc, targets_of(b.sass, b.ptx)).coverage, targets_of(b.sass, b.ptx), b) for b in bundles]
+        if not judged:  # nothing but stubs (or a listing without bundles): the object's union decides
+            judged = [(coverage(who.cc, targets_of(lst.sass, lst.ptx)).coverage, targets_of(lst.sass, lst.ptx), None)]
+        worst = min(judged, key=lambda w: _ORDER[w[0]])
+        failing = [b for c, _, b in judged if c is Coverage.NONE and b is not None]
+        files.append({"path": lst.path, "sass": list(lst.sass), "ptx": list(lst.ptx), "verdict": worst[0].value,
+                      "bundles": [{"label": b.label, "sass": list(b.sass), "ptx": list(b.ptx), "kernels": list(b.kernels),
+                                   "verdict": c.value} for c, _, b in judged if b is not None],
+                      "failing_bundles": [b.label for b in failing]})
+        assessed.append((worst[0], worst[1], lst, failing, len(judged)))
+    cov, targets, weakest, failing, n_bundles = min(assessed, key=lambda w: _ORDER[w[0]])  # the first of the weakest
     a = _verdict(facts, who, targets, cuda=None, arch_list=format_arch_list(targets), files=tuple(files))
     others = len(cuda_objects) - 1
     label = weakest.path.split("!")[-1]
     prefix = f"{label} (the weakest of {len(cuda_objects)} CUDA objects): " if others else f"{label}: "
+    if failing:
+        def name(b) -> str:
+            kernels = ", ".join(b.kernels[:3]) + (f" and {len(b.kernels) - 3} more" if len(b.kernels) > 3 else "")
+            return f"{b.label} ({kernels + '; ' if kernels else ''}SASS [{', '.join(b.sass) or '-'}], PTX [{', '.join(b.ptx) or '-'}])"
+        listed = "; ".join(name(b) for b in failing[:5]) + (f"; and {len(failing) - 5} more" if len(failing) > 5 else "")
+        prefix += f"{len(failing)} of {n_bundles} kernel bundles have no code for {who.cc}: {listed}. The first: "
     can = [t.version for t in sorted(facts.toolkits_for(str(who.cc)), key=lambda t: t.key)]
     built_by = f"built by CUDA {' or '.join(_ranges(can))}" if can else "built by a toolkit that targets it"
     mmcv = f"; for mmcv: {_install_hint(facts, who)}"

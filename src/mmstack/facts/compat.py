@@ -3,7 +3,9 @@
 Driver rule (https://docs.nvidia.com/deploy/cuda-compatibility/index.html): a CUDA X.Y runtime
 runs on a driver >= that toolkit's own driver (`min_driver` in the facts); with CUDA minor-version
 compatibility it also runs on any driver >= the major's `minor_compat_driver` (PTX produced by a
-newer toolkit than the driver cannot be JIT-compiled then).
+newer toolkit than the driver cannot be JIT-compiled then). Where the facts do not know a toolkit's own
+driver (`min_driver = "unknown"`: 13.4, 13.5), only the minor-version floor can be judged, and every
+message that depends on the toolkit's own driver says it is unknown.
 """
 
 from __future__ import annotations
@@ -36,9 +38,11 @@ def driver_compat(facts: Facts, *, driver: str | None, runtime_cuda: str,
     major = int(runtime_cuda.split(".")[0])
     floor = facts.minor_compat_driver(major)
     try:
-        full = facts.toolkit(runtime_cuda).min_driver
+        tk = facts.toolkit(runtime_cuda)
     except BadInput:
-        full = None
+        tk = None
+    full = tk.driver if tk else None
+    unknown = f" (CUDA {runtime_cuda}'s own driver floor is unknown to the facts)" if tk and full is None else ""
     if driver is None:
         if driver_cuda is None:
             return DriverCompat(False, "unknown", floor or full, "no NVIDIA driver found")
@@ -47,7 +51,7 @@ def driver_compat(facts: Facts, *, driver: str | None, runtime_cuda: str,
             return DriverCompat(True, "native", full, f"the driver supports CUDA {driver_cuda} >= {runtime_cuda}")
         if int(driver_cuda.split(".")[0]) == major:
             return DriverCompat(True, "minor-compat", floor, f"CUDA {runtime_cuda} on a CUDA {driver_cuda} driver"
-                                " through minor-version compatibility (no PTX JIT from the newer toolkit)")
+                                " through minor-version compatibility (no PTX JIT from the newer toolkit)" + unknown)
         return DriverCompat(False, "too-old", floor or full,
                             f"the driver supports CUDA {driver_cuda}, older than the runtime's major {major}")
     if full and _driver_key(driver) >= _driver_key(full):
@@ -55,13 +59,14 @@ def driver_compat(facts: Facts, *, driver: str | None, runtime_cuda: str,
     if floor and _driver_key(driver) >= _driver_key(floor):
         return DriverCompat(True, "minor-compat", floor,
                             f"driver {driver} runs CUDA {runtime_cuda} through minor-version compatibility"
-                            f" (>= {floor} for CUDA {major}.x); PTX from the newer toolkit cannot be JIT-compiled")
+                            f" (>= {floor} for CUDA {major}.x); PTX from the newer toolkit cannot be JIT-compiled"
+                            + (unknown and f"; whether it is new enough for full support is not known{unknown}"))
     needed = floor or full
     if needed is None:
-        return DriverCompat(False, "unknown", None, f"no facts for CUDA {runtime_cuda}")
+        return DriverCompat(False, "unknown", None, f"no facts for CUDA {runtime_cuda}" + unknown)
     return DriverCompat(False, "too-old", needed,
                         f"driver {driver} is too old for CUDA {runtime_cuda}: needs >= {needed}"
-                        + (f" ({full} for full support)" if full and full != needed else ""))
+                        + (f" ({full} for full support)" if full and full != needed else unknown))
 
 
 def driver_needed(facts: Facts, runtime_cuda: str) -> str | None:
@@ -70,7 +75,7 @@ def driver_needed(facts: Facts, runtime_cuda: str) -> str | None:
     if floor:
         return floor
     try:
-        return facts.toolkit(runtime_cuda).min_driver
+        return facts.toolkit(runtime_cuda).driver
     except BadInput:
         return None
 

@@ -18,10 +18,22 @@ github.com/n-eiling/cuda-fatbin-decompression (fatbin-decompress.h) and github.c
   flags: 0x1 64-bit, 0x10 Linux host, 0x2000 compressed (LZ4-like, `-compress-mode=speed`),
       0x8000 compressed (zstd; nvcc 13 compresses PTX by default, SASS only with
       `-Xfatbin -compress-all`), 0x100000 arch-specific `sm_XXa`, 0x200000 family `sm_XXf`.
+
+Each container is one bundle of kernels (a translation unit, or the device-link stub): the CUDA runtime
+loads a kernel from its own bundle, so whether an object runs on a GPU is judged per bundle
+(`ObjectListing.bundles`), not on the union of every bundle's archs. A bundle is named by its section
+and byte offset ("`.nv_fatbin+8760`") and, where its SASS is stored uncompressed, by the kernels its
+cubins define (their `.text.<kernel>` sections); a bundle whose cubins all define no kernel (a
+device-link stub) holds nothing to run.
+
+Arch names: the entry's arch number plus the 'a'/'f' flag, so `fatbin` prints `10.0f` and `12.0f`
+where `cuobjdump --list-elf` prints `sm_100` and `sm_120`: cuobjdump drops the family suffix (its
+ELF file names do not carry it); the same entry, read two ways.
 """
 
 from __future__ import annotations
 
+import io
 import re
 import shutil
 import struct
@@ -58,6 +70,19 @@ class FatbinEntry:
     compressed: bool
     size: int  # bytes stored in the file (the compressed size when compressed)
     section: str = LOADED_SECTION
+    bundle: int = 0  # byte offset of its container (its bundle) in the section
+    kernels: tuple[str, ...] | None = None  # kernels an uncompressed cubin defines; None when not read
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """One fatbin container of the loaded section: the code of one translation unit (or a link stub)."""
+
+    label: str  # ".nv_fatbin+8760"
+    sass: tuple[str, ...]
+    ptx: tuple[str, ...]
+    kernels: tuple[str, ...]  # as far as read (compressed cubins are not)
+    empty: bool  # every cubin was read and defines no kernel, and there is no PTX: nothing to run
 
 
 def _arch_key(arch: str) -> tuple[int, int, str]:
@@ -88,6 +113,27 @@ class ObjectListing:
     @property
     def compressed(self) -> bool:
         return any(e.compressed for e in self.entries)
+
+    @property
+    def bundles(self) -> tuple[Bundle, ...]:
+        """The loaded section's containers, in file order."""
+        groups: dict[int, list[FatbinEntry]] = {}
+        for e in self.entries:
+            if e.section == LOADED_SECTION and e.kind in ("sass", "ptx"):
+                groups.setdefault(e.bundle, []).append(e)
+        out = []
+        for offset, entries in groups.items():
+            sass = [e for e in entries if e.kind == "sass"]
+            kernels = sorted({k for e in sass for k in (e.kernels or ())})
+            out.append(Bundle(
+                label=f"{LOADED_SECTION}+{offset}",
+                sass=_sorted(e.arch for e in sass),
+                ptx=_sorted(e.arch for e in entries if e.kind == "ptx"),
+                kernels=tuple(kernels),
+                empty=bool(sass) and not kernels and all(e.kernels == () for e in sass)
+                and not any(e.kind == "ptx" for e in entries),
+            ))
+        return tuple(out)
 
 
 def _arch_name(sm: int, flags: int) -> str:
@@ -122,18 +168,40 @@ def _parse_section(stream: BinaryIO, start: int, size: int, name: str, where: st
             if entry_header < _ENTRY.size:
                 raise BadInput(f"{name} entry at byte {entry - start} has header size {entry_header}", source=where)
             compressed = bool(flags & _COMPRESSED)
+            kind_name = _KINDS.get(kind, f"kind{kind}")
             entries.append(
                 FatbinEntry(
-                    kind=_KINDS.get(kind, f"kind{kind}"),
+                    kind=kind_name,
                     arch=_arch_name(sm, flags),
                     compressed=compressed,
                     size=compressed_size if compressed and compressed_size else stored,
                     section=name,
+                    bundle=pos - start,
+                    kernels=_kernels(stream, entry + entry_header, stored)
+                    if kind_name == "sass" and not compressed else None,
                 )
             )
             entry += entry_header + stored
         pos = (container_end + 7) & ~7
     return entries
+
+
+_CUBIN_READ_LIMIT = 16 << 20  # larger cubins (libtorch's) are not read for kernel names
+
+
+def _kernels(stream: BinaryIO, offset: int, size: int) -> tuple[str, ...] | None:
+    """The kernels an uncompressed cubin defines (its `.text.<kernel>` sections); None if not read."""
+    if size > _CUBIN_READ_LIMIT:
+        return None
+    stream.seek(offset)
+    data = stream.read(size)
+    if data[:4] != b"\x7fELF":
+        return None
+    try:
+        sections = Elf(io.BytesIO(data)).sections()
+    except (ElfError, struct.error, ValueError):
+        return None
+    return tuple(sorted(s.name[len(".text."):] for s in sections if s.name.startswith(".text.")))
 
 
 def _list_elf(stream: BinaryIO, where: str) -> ObjectListing:
@@ -241,6 +309,10 @@ def summarize(listings: list[ObjectListing]) -> dict:
                 "sass": list(listing.sass),
                 "ptx": list(listing.ptx),
                 "compressed": listing.compressed,
+                "bundles": [
+                    {"label": b.label, "sass": list(b.sass), "ptx": list(b.ptx), "kernels": list(b.kernels), "empty": b.empty}
+                    for b in listing.bundles
+                ],
                 "entries": [
                     {"kind": e.kind, "arch": e.arch, "compressed": e.compressed, "size": e.size, "section": e.section}
                     for e in listing.entries

@@ -28,6 +28,7 @@ FACTS_FILE = "gpus.toml"
 _ARCH_RE = re.compile(r"^\d{1,2}\.\d[af]?$")
 _VERSION_RE = re.compile(r"^\d+\.\d+$")
 _DRIVER_RE = re.compile(r"^\d{3}\.\d{2,3}(\.\d{2})?$")
+UNKNOWN_DRIVER = "unknown"  # a toolkit row whose GA driver no source gave (13.4, 13.5)
 
 Url = Annotated[str, Field(pattern=r"^https://\S+$")]
 
@@ -71,6 +72,15 @@ class Architecture(_Strict):
     compute_capability: Cc
     name: str
     first_cuda: str = Field(pattern=_VERSION_RE.pattern)
+    last_cuda: str = Field(default="", pattern=r"^(\d+\.\d+)?$")  # only where no [[cuda]] row targets it
+    source: Url
+
+
+class Chip(_Strict):
+    """A GPU die ("GM204") and its compute capability: the one place a chip's figure is."""
+
+    name: str = Field(pattern=r"^[A-Z]{2}\d{2,3}[A-Z]?$")
+    compute_capability: Cc
     source: Url
 
 
@@ -78,12 +88,19 @@ class Gpu(_Strict):
     name: str
     aliases: tuple[str, ...] = ()
     compute_capability: Cc
+    chip: str
+    nvidia_list_says: str = ""  # NVIDIA's list's figure, where it contradicts the chip
     segment: str
     same_chip_as: str = ""
     source: Url
     # derived by the loader (never written in the TOML): from [[architecture]] and [[generation]]
     architecture: str = ""
     generation: str = ""  # the env whose SASS is exactly this GPU's compute capability, "" if none
+
+    @field_validator("nvidia_list_says")
+    @classmethod
+    def _listed(cls, v: str) -> str:
+        return v and _arch(v)
 
     @field_validator("segment")
     @classmethod
@@ -104,7 +121,7 @@ class CudaToolkit(_Strict):
     sass: tuple[str, ...]
     arch_specific: tuple[str, ...]
     deprecated: tuple[str, ...] = ()
-    min_driver: str = Field(pattern=_DRIVER_RE.pattern)
+    min_driver: str = Field(pattern=f"{_DRIVER_RE.pattern}|^{UNKNOWN_DRIVER}$")
     max_gcc: int
     sources: tuple[Url, ...] = Field(min_length=1)
 
@@ -126,6 +143,11 @@ class CudaToolkit(_Strict):
         return int(self.version.split(".")[0])
 
     @property
+    def driver(self) -> str | None:
+        """The toolkit's own GA driver, None where the facts do not know it."""
+        return None if self.min_driver == UNKNOWN_DRIVER else self.min_driver
+
+    @property
     def key(self) -> tuple[int, ...]:
         return version_key(self.version)
 
@@ -144,6 +166,7 @@ class ToolkitChanges:
 class Facts(_Strict):
     generation: tuple[Generation, ...]
     architecture: tuple[Architecture, ...]
+    chip: tuple[Chip, ...]
     gpu: tuple[Gpu, ...]
     cuda_major: tuple[CudaMajor, ...]
     cuda: tuple[CudaToolkit, ...]
@@ -176,25 +199,47 @@ class Facts(_Strict):
     def lookup_gpu(self, name: str) -> Gpu | None:
         """A GPU by name or alias as people type it or NVML prints it; None when unknown.
 
-        Case, spaces, dashes, 'NVIDIA'/'GeForce'/'Tesla' prefixes are ignored; failing an exact
+        Case, spaces, dashes, 'NVIDIA'/'GeForce'/'Tesla'/'GRID' prefixes are ignored; failing an exact
         match, memory sizes, form factors and 'Laptop GPU' are dropped ('NVIDIA A100-SXM4-80GB',
-        'NVIDIA GeForce RTX 3060 Laptop GPU', 'NVIDIA H100 80GB HBM3')."""
+        'NVIDIA GeForce RTX 3060 Laptop GPU', 'NVIDIA H100 80GB HBM3', 'NVIDIA GH200 144G HBM3e'), and
+        a MIG instance or a vGPU profile is its parent GPU ('NVIDIA A100-SXM4-40GB MIG 1g.5gb',
+        'NVIDIA A10-24Q', 'GRID A100-40C')."""
         names = self._names()
-        key = _norm(name)
-        if key in names:
-            return names[key]
-        return names.get(_norm(_strip_variant(name)))
+        for candidate in (name, _parent(name)):
+            key = _norm(candidate)
+            if key in names:
+                return names[key]
+            hit = names.get(_norm(_strip_variant(candidate)))
+            if hit is not None:
+                return hit
+        return None
 
     def find_gpu(self, name: str) -> Gpu:
         """Like lookup_gpu, but an unknown name is bad input with a did-you-mean."""
         gpu = self.lookup_gpu(name)
         if gpu is not None:
             return gpu
-        names = [n for gpu in self.gpu for n in (gpu.name, *gpu.aliases)]
         raise BadInput(
-            f"unknown GPU {name!r}{_did_you_mean(name, names)}",
+            f"unknown GPU {name!r}{self._gpu_did_you_mean(name)}",
             fix="run `mmstack gpus` for the known names, or pass --cc X.Y (nvidia-smi --query-gpu=compute_cap --format=csv)",
         )
+
+    def _gpu_did_you_mean(self, name: str) -> str:
+        """A close name, always with its compute capability; when its model number is not the one asked
+        about (GTX 780 -> GTX 980), it says that this is another GPU whose compute capability may differ."""
+        by_name = {n: gpu for gpu in self.gpu for n in (gpu.name, *gpu.aliases)}
+        hint = _did_you_mean(name, by_name)
+        if not hint:
+            return ""
+        close = hint.split("'", 2)[1] if "'" in hint else ""
+        gpu = by_name.get(close)
+        if gpu is None:  # pragma: no cover - _did_you_mean returns one of the choices
+            return hint
+        said = f"; did you mean {close!r} (compute capability {gpu.compute_capability})?"
+        if _model_numbers(name) != _model_numbers(close):
+            said += (f" It is another GPU than {name!r}: its compute capability need not be yours"
+                     " (nvidia-smi --query-gpu=compute_cap --format=csv tells)")
+        return said
 
     def arch_row(self, cc: str) -> Architecture | None:
         for a in self.architecture:
@@ -209,6 +254,15 @@ class Facts(_Strict):
             return row.first_cuda  # the loader checked it against the [[cuda]] rows where they reach
         first = self.first_toolkit_for(cc)
         return first.version if first else None
+
+    def last_cuda(self, cc: str) -> str | None:
+        """The last toolkit whose nvcc targets `cc`; None while the newest toolkit row still does."""
+        tks = sorted(self.toolkits_for(cc), key=lambda t: t.key)
+        newest = max(self.cuda, key=lambda t: t.key) if self.cuda else None
+        if tks:
+            return None if tks[-1] is newest else tks[-1].version
+        row = self.arch_row(cc)
+        return row.last_cuda or None if row else None
 
     def toolkit(self, version: str) -> CudaToolkit:
         for tk in self.cuda:
@@ -281,17 +335,34 @@ def version_key(version: str) -> tuple[int, ...]:
 
 def _norm(name: str) -> str:
     n = name.lower().replace("-", " ").replace("_", " ").strip()
-    for prefix in ("nvidia ", "geforce ", "tesla "):
+    for prefix in ("nvidia ", "grid ", "geforce ", "tesla "):
         if n.startswith(prefix):
             n = n[len(prefix):]
     return "".join(n.split())
 
 
-# What NVML/nvidia-smi append to a product name: memory, form factor, laptop and OEM markers.
+# What NVML/nvidia-smi append to a product name: memory ("80GB", GH200's "144G"), form factor, laptop and OEM markers.
 _VARIANT = re.compile(
-    r"\b(\d+\s?gb|hbm\d?e?|pcie|sxm\d?|oem|laptop\s+gpu|laptop|mobile|with\s+max\s?q\s+design|max\s?q|nvl\d*)\b",
+    r"\b(\d+\s?gb?|hbm\d?e?|pcie|sxm\d?|oem|laptop\s+gpu|laptop|mobile|with\s+max\s?q\s+design|max\s?q|nvl\d*)\b",
     re.I,
 )
+# A MIG instance prints as its parent plus the profile ("NVIDIA A100-SXM4-40GB MIG 1g.5gb", "... MIG 1c.2g.10gb",
+# "... MIG 1g.24gb+me"; NVIDIA's MIG user guide names the profiles so). A vGPU prints as the parent's short name,
+# a dash, the frame buffer in GB and the profile series letter ("NVIDIA A10-24Q", "GRID A100-40C", "GRID T4-16Q",
+# MIG-backed "GRID A100-4-20C"; NVIDIA's vGPU user guide's "Virtual GPU Types" tables).
+_MIG = re.compile(r"\s+MIG\s+(\d+c\.)?\d+g\.\d+gb(\+\w+)?\s*$", re.I)
+_VGPU = re.compile(r"-(\d+-)?\d+[ABCQ]\s*$")
+
+
+def _parent(name: str) -> str:
+    """The physical GPU a MIG instance or vGPU profile name belongs to (the name itself otherwise)."""
+    return _VGPU.sub("", _MIG.sub("", name.strip()))
+
+
+def _model_numbers(name: str) -> set[str]:
+    """The words of a name that carry digits, letters included ('K2000' and 'T2000' are two models)."""
+    words = re.split(r"[^a-z0-9]+", _strip_variant(_parent(name)).lower())
+    return {w for w in words if any(c.isdigit() for c in w)}
 
 
 def _strip_variant(name: str) -> str:
@@ -357,12 +428,28 @@ def _cross_check(facts: Facts, where: str) -> None:
         if gpu.generation and gpu.generation not in envs:
             raise BadInput(f"gpu {gpu.name!r}: generation {gpu.generation!r} is not a [[generation]] env", source=where)
     archs = {a.compute_capability: a for a in facts.architecture}
+    chips: dict[str, Chip] = {}
+    for i, chip in enumerate(facts.chip):
+        if chips.setdefault(chip.name, chip) is not chip:
+            raise BadInput(f"field chip.{i}.name: {chip.name!r} has two rows", source=where, fix="keep one")
+        if chip.compute_capability not in archs:
+            raise BadInput(f"field chip.{i}.compute_capability: {chip.compute_capability} has no [[architecture]] row",
+                           source=where, fix="add the architecture row (name, first_cuda, source)")
     seen: dict[str, str] = {}
     by_name = {g.name: g for g in facts.gpu}
     for i, gpu in enumerate(facts.gpu):
-        if gpu.compute_capability not in archs:
-            raise BadInput(f"field gpu.{i}.compute_capability: {gpu.compute_capability} has no [[architecture]] row",
-                           source=where, fix="add the architecture row (name, first_cuda, source)")
+        own = chips.get(gpu.chip)
+        if own is None:
+            raise BadInput(f"field gpu.{i}.chip: {gpu.chip!r} ({gpu.name}) is not a [[chip]] row", source=where,
+                           fix="add the chip (name, compute_capability, source) or correct the name")
+        if own.compute_capability != gpu.compute_capability:
+            raise BadInput(f"field gpu.{i}.compute_capability: {gpu.name} says {gpu.compute_capability} but its chip"
+                           f" {own.name} is {own.compute_capability}", source=where,
+                           fix=f"write compute_capability = \"{own.compute_capability}\" (keep a list's other figure in"
+                           " nvidia_list_says), or correct the chip")
+        if gpu.nvidia_list_says == gpu.compute_capability:
+            raise BadInput(f"field gpu.{i}.nvidia_list_says: equals the row's compute capability", source=where,
+                           fix="delete it: it records only where NVIDIA's list contradicts the chip")
         for n in (gpu.name, *gpu.aliases):
             other = seen.setdefault(_norm(n), gpu.name)
             if other != gpu.name:
@@ -370,9 +457,9 @@ def _cross_check(facts: Facts, where: str) -> None:
                                fix="every name and alias must pick one GPU")
         if gpu.same_chip_as:
             twin = by_name.get(gpu.same_chip_as)
-            if twin is None or twin.compute_capability != gpu.compute_capability:
-                raise BadInput(f"field gpu.{i}.same_chip_as: {gpu.same_chip_as!r} is not a GPU of compute capability"
-                               f" {gpu.compute_capability}", source=where)
+            if twin is None or twin.chip != gpu.chip:
+                raise BadInput(f"field gpu.{i}.same_chip_as: {gpu.same_chip_as!r} is not a GPU on chip {gpu.chip}",
+                               source=where, fix="name a listed product on the same chip")
     versions = {t.version for t in facts.cuda}
     oldest = min(facts.cuda, key=lambda t: t.key).key if facts.cuda else (0,)
     for a in facts.architecture:
@@ -381,6 +468,9 @@ def _cross_check(facts: Facts, where: str) -> None:
         if known_since_oldest and (first is None or first.version != a.first_cuda):
             raise BadInput(f"architecture {a.compute_capability}: first_cuda {a.first_cuda} but the first [[cuda]] row"
                            f" targeting it is {first.version if first else 'none'}", source=where)
+        if a.last_cuda and first is not None:
+            raise BadInput(f"architecture {a.compute_capability}: last_cuda is derived from the [[cuda]] rows that target"
+                           " it", source=where, fix="delete last_cuda")
     for gen in facts.generation:
         if not gen.is_gpu:
             continue

@@ -221,7 +221,10 @@ def findings(fp: dict, facts: Facts) -> list[Finding]:
         if not c.ok and c.mode == "too-old":
             out.append(Finding("FAIL", c.message, f"install NVIDIA driver >= {c.needed}, or a torch for an older CUDA"))
         elif c.mode == "minor-compat":
-            out.append(Finding("WARN", c.message, f"a driver >= {facts.toolkit(torch_cuda).min_driver} gives full support"))
+            full = facts.toolkit(torch_cuda).driver
+            out.append(Finding("WARN", c.message, f"a driver >= {full} gives full support" if full else
+                               f"the driver CUDA {torch_cuda} ships with gives full support (its version is unknown to"
+                               " the facts: see that release's notes)"))
     archs = mmcv.get("ext_archs") or {}
     if gpus and torch_cuda and archs and "error" not in archs:
         sass, ptx = archs.get("sass", []), archs.get("ptx", [])
