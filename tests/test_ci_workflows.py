@@ -220,8 +220,12 @@ def test_workflows_install_the_pixi_that_pixi_toml_requires(repo_copy):
 
 @pytest.mark.parametrize("value, needle", [('"0.71"', "no lower bound"), ("71", "must be a version spec string")])
 def test_unusable_requires_pixi_is_bad_input(repo_copy, value, needle):
+    from mmstack.envs import pixi_manifest
+
     toml = repo_copy / "pixi.toml"
-    toml.write_text(toml.read_text().replace('requires-pixi = ">=0.71"', f"requires-pixi = {value}"))
+    current = f'requires-pixi = "{pixi_manifest.load(toml).requires_pixi}"'
+    assert current in toml.read_text()
+    toml.write_text(toml.read_text().replace(current, f"requires-pixi = {value}"))
     code, _, err = mmstack("ci", "generate", "--check", "--root", str(repo_copy))
     assert code == 2 and "requires-pixi" in err and needle in err and len(err.strip().splitlines()) == 1
 
