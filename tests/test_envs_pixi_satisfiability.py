@@ -65,7 +65,7 @@ def test_the_implicit_default_environment_is_modelled(tmp_path):
     (tmp_path / "pixi.toml").write_text(text.replace('default = ["cpu", "mmdet"]\n', ""))
     implicit = pixi_manifest.load(tmp_path / "pixi.toml")
     env = implicit.envs["default"]
-    assert list(implicit.envs)[0] == "default" and env.features == ("default",)
+    assert next(iter(implicit.envs)) == "default" and env.features == ("default",)
     assert [p.name for p in env.platforms] == [p.name for p in implicit.platforms] and len(env.platforms) == 7
     assert {s.name for s in env.specs} == {"python", "mmstack"}
     from mmstack.facts.gpus import load as load_facts

@@ -103,14 +103,14 @@ def manifest_problems(manifest: Manifest, facts: Facts, matrix: list[Variant]) -
             problems.append(Problem("-", "-", "pixi-floor", f"{src}: {bug}: {why}",
                                     f'requires-pixi = ">={fixed}" in [workspace], then `mmstack ci generate`'))
     gens = {g.env for g in facts.generation}
-    for env in manifest.envs.values():
-        if env.name not in gens and len(env.platforms) != 1:
+    for spec in manifest.envs.values():
+        if spec.name not in gens and len(spec.platforms) != 1:
             implicit = " (pixi's implicit default environment: the default feature on every platform)" \
-                if env.name == pixi_manifest.DEFAULT_ENV else ""
-            problems.append(Problem(env.name, "-", "one-platform",
-                                    f"{src}: environment resolves to {len(env.platforms)} platforms"
-                                    f" ({', '.join(p.name for p in env.platforms)}){implicit}; `mmstack lock` locks one",
-                                    f"define `{env.name}` in [environments] with a feature bound to one platform"
+                if spec.name == pixi_manifest.DEFAULT_ENV else ""
+            problems.append(Problem(spec.name, "-", "one-platform",
+                                    f"{src}: environment resolves to {len(spec.platforms)} platforms"
+                                    f" ({', '.join(p.name for p in spec.platforms)}){implicit}; `mmstack lock` locks one",
+                                    f"define `{spec.name}` in [environments] with a feature bound to one platform"
                                     if implicit else "bind one of its features to a single platform"))
     for env, pins in expected_pins(facts, matrix).items():
         if env not in manifest.envs:
