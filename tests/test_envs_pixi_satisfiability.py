@@ -88,7 +88,7 @@ def test_channels_are_pixi_tomls_as_pixi_resolves_them(root, manifest, locked):
     """ChannelsMismatch / ChannelsExtended: the locked channels are the manifest's base URLs, same
     order, written as pixi writes them (trailing slash) even though the solve read --channel."""
     want = [f"{(root / 'channel').resolve().as_uri()}/", "https://conda.anaconda.org/conda-forge/"]
-    assert manifest.channel_urls() == want
+    assert manifest.pixi_lock_channels() == want
     for env in locked.values():
         assert list(env.channels) == want, env.name
     raw = lockfile.load_yaml((root / "pixi.lock").read_text())
@@ -100,13 +100,27 @@ def test_channels_are_pixi_tomls_as_pixi_resolves_them(root, manifest, locked):
         assert p.rule == "pixi-channels" and f"({how}:" in p.message
 
 
+def test_a_symlinked_channel_is_named_as_pixi_names_it(tmp_path):
+    """rattler's into_base_url joins a path channel to the workspace root lexically: a `./channel`
+    that is a symlink stays `<root>/channel` in pixi.lock (the solve may follow it)."""
+    real = tmp_path / "store" / "channel"
+    real.mkdir(parents=True)
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "ws" / "channel").symlink_to(real)
+    (tmp_path / "ws" / "pixi.toml").write_text('[workspace]\nchannels = ["./sub/../channel", "conda-forge"]\n'
+                                               'platforms = ["linux-64"]\n')
+    m = pixi_manifest.load(tmp_path / "ws" / "pixi.toml")
+    assert m.pixi_lock_channels() == [f"{(tmp_path / 'ws').resolve().as_uri()}/channel/", "https://conda.anaconda.org/conda-forge/"]
+    assert m.channel_urls()[0] == f"{real.resolve().as_uri()}/"
+
+
 def test_no_platform_the_environment_does_not_have(manifest, locked):
     """AdditionalPlatformsInLockFile: each environment is locked for its one platform only."""
     for name, env in locked.items():
         assert env.other_platforms == () and env.platform in {p.name for p in manifest.envs[name].platforms}, name
-        assert policy.pixi_env_problems(manifest.envs[name], env, manifest.channel_urls()) == [], name
+        assert policy.pixi_env_problems(manifest.envs[name], env, manifest.pixi_lock_channels()) == [], name
     cpu = replace(locked["cpu"], other_platforms=(("osx-arm64", "osx-arm64", ()),))
-    (p,) = policy.pixi_env_problems(manifest.envs["cpu"], cpu, manifest.channel_urls())
+    (p,) = policy.pixi_env_problems(manifest.envs["cpu"], cpu, manifest.pixi_lock_channels())
     assert p.rule == "pixi-platforms" and "osx-arm64" in p.message
 
 
@@ -136,7 +150,7 @@ def test_solve_options_are_pixis_defaults(root, manifest, locked):
     assert not any("options" in e for e in raw["environments"].values())
     assert all(e.options == () for e in locked.values())
     lowest = replace(locked["lint"], options=(("strategy", "lowest-version"),))
-    (p,) = policy.pixi_env_problems(manifest.envs["lint"], lowest, manifest.channel_urls())
+    (p,) = policy.pixi_env_problems(manifest.envs["lint"], lowest, manifest.pixi_lock_channels())
     assert p.rule == "pixi-solve-options" and "lowest-version" in p.message
 
 

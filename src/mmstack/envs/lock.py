@@ -210,7 +210,7 @@ def run_lock(*, root: Path = Path("."), envs: list[str] | None = None, channels:
     # pixi.lock records pixi.toml's channels as pixi resolves them (pixi compares them with the
     # manifest's: a lock with other channels is outdated); --channel changes where the solve reads
     # from, as a mirror does for pixi.
-    lock_channels = inputs.manifest.channel_urls()
+    lock_channels = inputs.manifest.pixi_lock_channels()
     report.info(f"solving {len(names)} environment(s) against {', '.join(inputs.channels)}")
     from rattler import Gateway
 
@@ -344,7 +344,7 @@ def collect_problems(*, root: Path = Path("."), envs: list[str] | None = None, c
                                            f"mmstack lock --env {name}"))
         problems += policy.lock_problems(env=env, locked=locked[name], facts=inputs.facts, matrix=inputs.matrix,
                                          channels=inputs.channels, stored_digests=stored, channel_index=index)
-        problems += policy.pixi_env_problems(env, locked[name], inputs.manifest.channel_urls())
+        problems += policy.pixi_env_problems(env, locked[name], inputs.manifest.pixi_lock_channels())
     if not envs:
         for extra in sorted(set(locked) - set(inputs.manifest.envs)):
             problems.append(policy.Problem(extra, "-", "stale-lock", f"pixi.lock has {extra!r}, pixi.toml has no such environment", "mmstack lock"))

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import sys
 from dataclasses import dataclass, field
@@ -190,6 +191,21 @@ class Manifest:
 
     def channel_urls(self) -> list[str]:
         return [channel_url(c, self.root) for c in self.channels]
+
+    def pixi_lock_channels(self) -> list[str]:
+        """The channels as pixi resolves them for pixi.lock, which it compares with the lock's
+        (rattler_conda_types `NamedChannelOrUrl::into_base_url`): a name under the channel alias,
+        a path joined to the workspace root and normalised lexically, a symlink kept as named
+        (`channel_urls`, for the solve, resolves it)."""
+        out = []
+        for c in self.channels:
+            text = str(c).strip()
+            if "://" not in text and text.startswith((".", "/", "~")):
+                path = Path(os.path.normpath(self.root.resolve() / Path(text).expanduser()))
+                out.append(path.as_uri().rstrip("/") + "/")
+            else:
+                out.append(channel_url(text, self.root))
+        return out
 
     def lock_aliases(self) -> dict[str, str]:
         """Platform name -> the short name pixi writes into pixi.lock: `p1`, `p2`, ... for every

@@ -329,7 +329,7 @@ def pixi_lock_problems(manifest: Manifest, locked: dict[str, LockedEnv]) -> list
             continue
         lk = locked[name]
         plat = env.platforms[0] if len(env.platforms) == 1 else None
-        out += pixi_env_problems(env, lk, manifest.channel_urls())
+        out += pixi_env_problems(env, lk, manifest.pixi_lock_channels())
         out += _platform_definition(env, lk, relock)
         out += _duplicates(lk, relock)
         out += _unsatisfied(env, lk, relock)
