@@ -220,8 +220,12 @@ def test_workflows_install_the_pixi_that_pixi_toml_requires(repo_copy):
 
 @pytest.mark.parametrize("value, needle", [('"0.71"', "no lower bound"), ("71", "must be a version spec string")])
 def test_unusable_requires_pixi_is_bad_input(repo_copy, value, needle):
+    from mmstack.envs import pixi_manifest
+
     toml = repo_copy / "pixi.toml"
-    toml.write_text(toml.read_text().replace('requires-pixi = ">=0.71"', f"requires-pixi = {value}"))
+    current = f'requires-pixi = "{pixi_manifest.load(toml).requires_pixi}"'
+    assert current in toml.read_text()
+    toml.write_text(toml.read_text().replace(current, f"requires-pixi = {value}"))
     code, _, err = mmstack("ci", "generate", "--check", "--root", str(repo_copy))
     assert code == 2 and "requires-pixi" in err and needle in err and len(err.strip().splitlines()) == 1
 
@@ -254,3 +258,28 @@ def test_gpu_probe_outside_actions_says_what_it_would_set(tmp_path):
     else:
         assert "output: present=false" in proc.stdout and "env: CONDA_OVERRIDE_CUDA=12.9" in proc.stdout
         assert 'map "rtx4090" in vars.GPU_RUNNERS' in proc.stdout
+
+
+def test_locks_yml_runs_the_real_conda_lock_on_every_conda_lock_file():
+    """Pull requests: after `mmstack lock check`, conda-lock (the `test` extra's pin) checks every
+    envs/*.conda-lock.yml with the command its yml prints and must skip the solve, then renders it."""
+    try:
+        import tomllib
+    except ImportError:  # 3.10: the `tomli` dependency
+        import tomli as tomllib
+
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["test"]
+    assert workflows.CONDA_LOCK_SPEC in extra
+    doc = yaml.safe_load(LOCKS.read_text())
+    steps = doc["jobs"]["check"]["steps"]
+    names = [s.get("name") for s in steps]
+    step = next(s for s in steps if s.get("name", "").startswith("conda-lock --check-input-hash"))
+    assert names.index(step["name"]) == names.index("mmstack lock check") + 1
+    assert step["env"]["CONDA_LOCK_SPEC"] == workflows.CONDA_LOCK_SPEC
+    run = step["run"]
+    assert "for lock in envs/*.conda-lock.yml; do" in run and "set -o pipefail" in run
+    assert ('conda-lock lock --check-input-hash --conda "$CONDA/bin/conda" -f "envs/$env.yml" -p linux-64 \\\n'
+            '    --virtual-package-spec "envs/$env.virtual-packages.yml" --lockfile "$lock"') in run
+    assert "grep -q \"Spec hash already locked for \\['linux-64'\\]. Skipping solve.\" conda-lock.log" in run
+    assert 'conda-lock render --kind explicit -p linux-64' in run
+    subprocess.run(["bash", "-n", "-c", run], check=True)

@@ -48,9 +48,11 @@ def test_committed_pixi_toml_agrees_with_facts_and_matrix(matrix):
 
 
 def test_committed_env_ymls_are_what_pixi_toml_gives():
+    """One per environment pixi has (default and the tooling ones too: each conda-lock file's source)."""
     manifest, facts = load_manifest(REPO / "pixi.toml"), load_facts()
-    for gen in facts.generation:
-        assert (REPO / "envs" / f"{gen.env}.yml").read_text() == render_env_yml(manifest.envs[gen.env], facts), gen.env
+    assert {p.name.removesuffix(".yml") for p in (REPO / "envs").glob("*.yml")} == set(manifest.envs)
+    for env in manifest.envs:
+        assert (REPO / "envs" / f"{env}.yml").read_text() == render_env_yml(manifest.envs[env], facts), env
 
 
 def test_no_lock_is_one_rule_for_check_and_lock_check(repo, capsys):

@@ -81,6 +81,7 @@ def manifest(fixture_url: str, mmcv_url: str) -> str:
         mmcv = {{ version = "2.2.0.*", build = "cuda128_sm89_*" }}
 
         [environments]
+        default = ["cpu"]
         cpu = ["cpu"]
         rtx4090 = ["cuda", "gen-rtx4090"]
         """)
@@ -214,7 +215,7 @@ def problems(root, facts, **kw):
 
 def test_solves_both_environments_and_writes_both_formats(locked_tree):
     envs = lockfile.read_pixi_lock(locked_tree / "pixi.lock", _platforms(locked_tree))
-    assert set(envs) == {"cpu", "rtx4090"}
+    assert set(envs) == {"default", "cpu", "rtx4090"}
     gpu, cpu = envs["rtx4090"], envs["cpu"]
     assert gpu.by_name("pytorch")[0].build.startswith("cuda126")
     assert gpu.by_name("mmcv")[0].build.startswith("cuda128_sm89_py311_")

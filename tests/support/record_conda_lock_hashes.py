@@ -1,9 +1,9 @@
 """Record conda-lock's own content_hash for each case of tests/data/conda_lock_content_hash.json.
 
-Run with an interpreter that has conda-lock (not a test dependency: it pulls conda's solver stack):
+Run with the test extra's conda-lock (tests/test_envs_conda_lock.py also runs it live on every
+lock `mmstack lock` writes; this fixture keeps the unit test of the hash independent of a solve):
 
-    python -m venv /tmp/cl && /tmp/cl/bin/pip install conda-lock
-    /tmp/cl/bin/python tests/support/record_conda_lock_hashes.py tests/data/conda_lock_content_hash.json
+    .venv/bin/python tests/support/record_conda_lock_hashes.py tests/data/conda_lock_content_hash.json
 
 Each case holds an environment.yml's channels and dependencies, a subdir and a
 --virtual-package-spec document; this writes them to files and computes the hash the way

@@ -40,6 +40,9 @@ TEMPLATES = Path(__file__).with_name("templates")
 SETUP_PIXI = "prefix-dev/setup-pixi@v0.9.2"
 RATTLER_BUILD_SPEC = "rattler-build==0.73.*"
 RATTLER_INDEX_SPEC = "rattler-index"
+# conda-lock as the `test` extra pins it (tests/test_ci_workflows.py holds the two equal): locks.yml
+# runs its `--check-input-hash` on every committed conda-lock file, as tests/test_envs_conda_lock.py does.
+CONDA_LOCK_SPEC = "conda-lock==4.0.3"
 
 
 # --- the matrix --------------------------------------------------------------------------------
@@ -132,7 +135,8 @@ def render(root: Path) -> dict[Path, str]:
         rattler_index_spec=RATTLER_INDEX_SPEC,
         include=_yaml_list(github_matrix(variants, config_path=config)["include"]),
     )
-    locks = _env().get_template(LOCKS_FILE.name).render(**common, include=_yaml_list(env_cuda(facts, variants)))
+    locks = _env().get_template(LOCKS_FILE.name).render(**common, include=_yaml_list(env_cuda(facts, variants)),
+                                                         conda_lock_spec=CONDA_LOCK_SPEC)
     return {BUILD_FILE: build, LOCKS_FILE: locks}
 
 

@@ -69,6 +69,11 @@ class LockedEnv:
     channels: tuple[str, ...]
     packages: tuple[Locked, ...]
     pypi: tuple[tuple[str, str], ...] = ()  # (name, version)
+    # The environment's other locked platforms (name, subdir, virtual packages): a lock written by
+    # pixi may hold several; mmstack locks one and reads the first the manifest declares.
+    other_platforms: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
+    # The environment's solve options as locked (`options:`; absent = rattler_lock's defaults).
+    options: tuple[tuple[str, str], ...] = ()
 
     def by_name(self, name: str) -> list[Locked]:
         return [p for p in self.packages if p.name == name]
@@ -88,56 +93,27 @@ def read_pixi_lock(path: Path, platforms: tuple[Platform, ...] | None = None) ->
     """Every environment in a pixi.lock; a file rattler cannot read is a BadInput naming it.
 
     With the manifest's `platforms`, locked platform names are aligned to the manifest's by
-    identity (see `align_platform_names`), so a lock in pixi's form (`p1`, `p2`, ...) and one with
-    the full names read the same."""
-    envs = _read_pixi_lock(path)
-    return align_platform_names(envs, platforms) if platforms is not None else envs
-
-
-def align_platform_names(envs: dict[str, LockedEnv], platforms: tuple[Platform, ...]) -> dict[str, LockedEnv]:
-    """Rename each locked platform to the manifest platform of the same identity (subdir plus
-    customised virtual packages), as pixi does on load (pixi_core lock_file/platform_rename.rs,
-    `compute_renames`): only when exactly one manifest platform matches, the locked name is not
-    already a manifest name, and the target name is not taken by another locked platform.
-    Anything else stays as locked, for the policy to flag."""
-    from dataclasses import replace
-
-    from mmstack.envs.pixi_manifest import platform_identity
-
-    manifest_names = {p.name for p in platforms}
-    locked = {e.platform: (e.subdir, e.virtual_packages) for e in envs.values()}
-    renames: dict[str, str] = {}
-    for name, (subdir, vps) in locked.items():
-        if name in manifest_names:
-            continue
-        ident = platform_identity(subdir, vps)
-        hits = [p for p in platforms if p.identity() == ident]
-        if len(hits) == 1 and hits[0].name not in locked:
-            renames[name] = hits[0].name
-    return {n: replace(e, platform=renames.get(e.platform, e.platform)) for n, e in envs.items()}
-
-
-def _read_pixi_lock(path: Path) -> dict[str, LockedEnv]:
+    identity (see `platform_renames`), so a lock in pixi's form (`p1`, `p2`, ...) and one with the
+    full names read the same. An environment locked for several platforms (pixi's own locks) is
+    read for the first of them the manifest declares; the rest stay in `other_platforms`, for the
+    policy to flag (mmstack locks one platform per environment)."""
     from rattler import LockFile
 
     path = Path(path)
     try:
         lf = LockFile.from_path(path)
+        options = _locked_options(path)
+        lock_platforms = {p.name: (str(p.subdir), tuple(p.virtual_packages)) for p in lf.platforms()}
+        renames = platform_renames(lock_platforms, platforms) if platforms is not None else {}
+        order = {p.name: i for i, p in enumerate(platforms or ())}
         envs: dict[str, LockedEnv] = {}
         for name, env in lf.environments():
             plats = env.platforms()
-            if len(plats) != 1:
-                raise BadInput(f"environment {name!r} is locked for {len(plats)} platforms; mmstack locks one",
-                               source=str(path), fix="run `mmstack lock`")
-            p = plats[0]
-            records = env.conda_repodata_records_for_platform(p) or []
-            pypi = env.pypi_packages_for_platform(p) or []
-            envs[name] = LockedEnv(
-                name=name, platform=p.name, subdir=str(p.subdir), virtual_packages=tuple(p.virtual_packages),
-                channels=tuple(str(c.url if hasattr(c, "url") else c) for c in env.channels()),
-                packages=tuple(sorted((Locked.from_record(r) for r in records), key=lambda x: x.name)),
-                pypi=tuple((str(getattr(q, "name", q)), str(getattr(q, "version", ""))) for q in pypi),
-            )
+            if not plats:
+                raise BadInput(f"environment {name!r} is locked for no platform", source=str(path), fix="run `mmstack lock`")
+            first = min(range(len(plats)), key=lambda i: order.get(renames.get(plats[i].name, plats[i].name), len(order) + i))
+            envs[name] = _locked_env(name, env, plats[first], [q for i, q in enumerate(plats) if i != first],
+                                     options.get(name, ()), renames)
         return envs
     except BadInput:
         raise
@@ -148,8 +124,54 @@ def _read_pixi_lock(path: Path) -> dict[str, LockedEnv]:
         raise BadInput(f"cannot read the lock file: {msg}", source=str(path), fix="run `mmstack lock` to rewrite it") from None
 
 
+def platform_renames(locked: dict[str, tuple[str, tuple[str, ...]]], platforms: tuple[Platform, ...]) -> dict[str, str]:
+    """Locked platform name -> the manifest platform of the same identity (subdir plus customised
+    virtual packages), as pixi renames on load (pixi_core lock_file/platform_rename.rs,
+    `compute_renames`): only when exactly one manifest platform matches, the locked name is not
+    already a manifest name, and the target name is not taken by another locked platform.
+    Anything else stays as locked, for the policy to flag."""
+    from mmstack.envs.pixi_manifest import platform_identity
+
+    manifest_names = {p.name for p in platforms}
+    renames: dict[str, str] = {}
+    for name, (subdir, vps) in locked.items():
+        if name in manifest_names:
+            continue
+        ident = platform_identity(subdir, vps)
+        hits = [p for p in platforms if p.identity() == ident]
+        if len(hits) == 1 and hits[0].name not in locked:
+            renames[name] = hits[0].name
+    return renames
+
+
+def _locked_env(name: str, env, p, others, options, renames: dict[str, str]) -> LockedEnv:
+    records = env.conda_repodata_records_for_platform(p) or []
+    pypi = env.pypi_packages_for_platform(p) or []
+    return LockedEnv(
+        name=name, platform=renames.get(p.name, p.name), subdir=str(p.subdir), virtual_packages=tuple(p.virtual_packages),
+        channels=tuple(str(c.url if hasattr(c, "url") else c) for c in env.channels()),
+        # sorted by name, duplicates kept: pixi calls a lock with two records of one name unsatisfiable
+        packages=tuple(sorted((Locked.from_record(r) for r in records), key=lambda x: x.name)),
+        pypi=tuple((str(getattr(q, "name", q)), str(getattr(q, "version", ""))) for q in pypi),
+        other_platforms=tuple((renames.get(o.name, o.name), str(o.subdir), tuple(o.virtual_packages)) for o in others),
+        options=options,
+    )
+
+
+def _locked_options(path: Path) -> dict[str, tuple[tuple[str, str], ...]]:
+    """`environments.<name>.options` as locked (py-rattler does not expose them)."""
+    doc = load_yaml(Path(path).read_text())
+    envs = doc.get("environments") if isinstance(doc, dict) else None
+    out: dict[str, tuple[tuple[str, str], ...]] = {}
+    for name, body in (envs or {}).items():
+        opts = body.get("options") if isinstance(body, dict) else None
+        if isinstance(opts, dict):
+            out[str(name)] = tuple(sorted((str(k), str(v)) for k, v in opts.items()))
+    return out
+
+
 def build_pixi_lock(envs: dict[str, tuple[Platform, list[str], list]], aliases: dict[str, str] | None = None):
-    """A rattler LockFile: env name -> (platform, channel URLs, rattler records).
+    """A rattler LockFile: env name -> (platform, channel URLs as pixi resolves pixi.toml's, rattler records).
 
     As pixi writes it: a platform that is not a bare subdir is named by its alias (`p1`, `p2`, ...
     from `Manifest.lock_aliases`), its virtual packages are the declared ones plus the subdir's
@@ -165,7 +187,9 @@ def build_pixi_lock(envs: dict[str, tuple[Platform, list[str], list]], aliases: 
             plats[plat.name] = LockPlatform(name, subdir=subdir, virtual_packages=plat.lock_strings())
     lf = LockFile(list(plats.values()))
     for name, (plat, channels, records) in sorted(envs.items()):
-        lf.set_channels(name, [LockChannel(c.rstrip("/")) for c in channels])
+        # pixi writes each channel as its base URL with the trailing slash
+        # (pixi_core lock_file/update.rs: `channel.into_base_url(..).to_string()`)
+        lf.set_channels(name, [LockChannel(c.rstrip("/") + "/") for c in channels])
         lp = plats[plat.name]
         for r in sorted(records, key=lambda r: r.name.normalized):
             lf.add_conda_package(name, lp, r)
@@ -189,7 +213,12 @@ def env_yml_path(root: Path, env: str) -> Path:
 
 def conda_lock_document(*, env: LockedEnv, channels: list[str], sources: list[str], digests: dict[str, str],
                         content_hash: str) -> dict:
-    """The conda-lock v1 document for one environment (one platform)."""
+    """The conda-lock v1 document for one environment (one platform).
+
+    `channels` and `sources` are what conda-lock itself would write for `conda-lock lock -f
+    <env>.yml`: the channels as the environment.yml spells them (`./channel`, `conda-forge`:
+    conda-lock compares them literally on every re-lock) and the source files relative to the
+    lock (conda-lock parses each when run without `-f`)."""
     return {
         "version": 1,
         "metadata": {

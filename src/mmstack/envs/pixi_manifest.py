@@ -5,7 +5,14 @@ platforms (bare subdirs or inline tables with `cuda = { driver, arch }`, `glibc`
 `archspec`, raw `__name` keys), the default feature (top-level `[dependencies]`,
 `[pypi-dependencies]`), `[feature.<name>]` with `dependencies`, `pypi-dependencies`,
 `platforms`, and `[environments]` (a feature list or `{ features, no-default-feature }`).
-Anything malformed is a BadInput naming pixi.toml and the field.
+Anything malformed is a BadInput naming pixi.toml and the field, and so is anything pixi would
+solve or check differently that `mmstack lock` does not model (UNMODELLED): a lock that ignored
+it would be one pixi calls outdated.
+
+Like pixi (pixi_manifest/src/toml/manifest.rs), the environments are those of `[environments]`
+plus the implicit `default` (the default feature alone, on every workspace platform) whenever
+`[environments]` does not define `default`: pixi locks it too, and calls a lock without it
+outdated (pixi_core/src/lock_file/outdated.rs).
 
 Docs: https://pixi.sh/latest/workspace/multi_platform_configuration/#declaring-virtual-packages-per-platform
 """
@@ -14,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import sys
 from dataclasses import dataclass, field
@@ -184,6 +192,21 @@ class Manifest:
     def channel_urls(self) -> list[str]:
         return [channel_url(c, self.root) for c in self.channels]
 
+    def pixi_lock_channels(self) -> list[str]:
+        """The channels as pixi resolves them for pixi.lock, which it compares with the lock's
+        (rattler_conda_types `NamedChannelOrUrl::into_base_url`): a name under the channel alias,
+        a path joined to the workspace root and normalised lexically, a symlink kept as named
+        (`channel_urls`, for the solve, resolves it)."""
+        out = []
+        for c in self.channels:
+            text = str(c).strip()
+            if "://" not in text and text.startswith((".", "/", "~")):
+                path = Path(os.path.normpath(self.root.resolve() / Path(text).expanduser()))
+                out.append(path.as_uri().rstrip("/") + "/")
+            else:
+                out.append(channel_url(text, self.root))
+        return out
+
     def lock_aliases(self) -> dict[str, str]:
         """Platform name -> the short name pixi writes into pixi.lock: `p1`, `p2`, ... for every
         entry that is not a bare subdir, in declaration order (pixi_core lock_file/platform_rename.rs,
@@ -208,11 +231,41 @@ def load(path: Path) -> Manifest:
     return parse(raw, path)
 
 
+DEFAULT_ENV = "default"
+
+# Keys pixi reads that change what it solves or what its satisfiability check demands, and that
+# `mmstack lock` does not model: refused rather than ignored. (table, key) -> why.
+UNMODELLED = {
+    "channel-priority": "pixi checks the lock's channel priority against it; mmstack solves with strict priority",
+    "solve-strategy": "pixi checks the lock's solve strategy against it; mmstack solves for the highest versions",
+    "exclude-newer": "pixi checks every locked record's timestamp against it; mmstack's solve does not apply it",
+    "constraints": "pixi checks every locked record against [constraints]; mmstack's solve does not read them",
+    "system-requirements": "pixi composes platforms from it; mmstack reads the platform entries only",
+    "pypi-options": "mmstack locks no PyPI packages",
+}
+_ENV_KEYS = {"features", "no-default-feature"}
+
+
+def _refuse_unmodelled(table: dict, where: str, field: str) -> None:
+    for key, why in UNMODELLED.items():
+        if key in table:
+            raise BadInput(f"{field}{key}: not supported by `mmstack lock` ({why})", source=where,
+                           fix=f"remove {key}, or lock this workspace with pixi")
+    target = table.get("target")
+    if isinstance(target, dict):
+        for tname, tbody in target.items():
+            if isinstance(tbody, dict) and set(tbody) & {"dependencies", "pypi-dependencies", "constraints"}:
+                raise BadInput(f"{field}target.{tname}: per-target dependencies are not supported by `mmstack lock`",
+                               source=where, fix="declare them in a feature bound to that platform")
+
+
 def parse(raw: dict, path: Path) -> Manifest:
     where = str(path)
     ws = raw.get("workspace", raw.get("project"))
     if not isinstance(ws, dict):
         raise BadInput("no [workspace] table", source=where, fix="add [workspace] with channels and platforms")
+    _refuse_unmodelled(ws, where, "workspace.")
+    _refuse_unmodelled(raw, where, "")
     channels = ws.get("channels")
     if not isinstance(channels, list) or not channels or not all(isinstance(c, str) for c in channels):
         raise BadInput("workspace.channels must be a non-empty list of strings", source=where,
@@ -224,16 +277,24 @@ def parse(raw: dict, path: Path) -> Manifest:
     for fname, fbody in (raw.get("feature") or {}).items():
         if not isinstance(fbody, dict):
             raise BadInput(f"feature.{fname} must be a table", source=where)
+        _refuse_unmodelled(fbody, where, f"feature.{fname}.")
         features[fname] = fbody
 
     envs_raw = raw.get("environments") or {}
     if not isinstance(envs_raw, dict):
         raise BadInput("[environments] must be a table", source=where)
     envs: dict[str, EnvSpec] = {}
+    if DEFAULT_ENV not in envs_raw:  # pixi's implicit environment: the default feature, every platform
+        envs[DEFAULT_ENV] = _env(DEFAULT_ENV, ["default"], features, plats, by_name, tuple(channels), where)
     for ename, edef in envs_raw.items():
         if isinstance(edef, list):
             fnames, no_default = edef, False
         elif isinstance(edef, dict):
+            unknown_keys = sorted(set(edef) - _ENV_KEYS)
+            if unknown_keys:
+                raise BadInput(f"environments.{ename}.{unknown_keys[0]}: not supported by `mmstack lock`"
+                               " (it reads `features` and `no-default-feature`)", source=where,
+                               fix="move inline dependencies into a [feature] and drop solve-group")
             fnames, no_default = edef.get("features", []), bool(edef.get("no-default-feature", False))
         else:
             raise BadInput(f"environments.{ename} must be a list of features or a table", source=where)
@@ -252,6 +313,27 @@ def parse(raw: dict, path: Path) -> Manifest:
 
 
 _FLOOR = re.compile(r"^\s*>=\s*(\d+)\.(\d+)(?:\.(\d+))?\s*(?:,.*)?$")
+
+# pixi bugs that break this layout, with the first release that fixes each: `requires-pixi` (and
+# so the pixi CI installs, `pixi_floor`) must admit none of the releases before it.
+PIXI_FIXES = (
+    ("prefix-dev/pixi#6493", (0, 72, 1),
+     "a feature pinned to the bare `linux-64` also got every rich `linux-64-*` platform (fixed by #6517 in v0.72.1),"
+     " so pixi solved cpu, build, test and lint for each GPU platform too, unlike mmstack's lock"),
+)
+
+
+def pixi_floor_version(manifest: Manifest) -> tuple[int, int, int]:
+    """`requires-pixi`'s lower bound as numbers: `>=0.72.1` -> (0, 72, 1)."""
+    major, minor, patch = pixi_floor(manifest)[1:].split(".")
+    return int(major), int(minor), int(patch)
+
+
+def pixi_floor_problems(manifest: Manifest) -> list[tuple[str, str]]:
+    """(bug, what it breaks) for each of PIXI_FIXES that `requires-pixi` still admits."""
+    floor = pixi_floor_version(manifest)
+    return [(bug, f"{what}; requires-pixi {manifest.requires_pixi!r} admits releases before v{'.'.join(map(str, fixed))}")
+            for bug, fixed, what in PIXI_FIXES if floor < fixed]
 
 
 def pixi_floor(manifest: Manifest) -> str:

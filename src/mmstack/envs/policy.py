@@ -93,9 +93,25 @@ def generation_platform_name(env: str) -> str:
 
 
 def manifest_problems(manifest: Manifest, facts: Facts, matrix: list[Variant]) -> list[Problem]:
-    """pixi.toml against the facts and the matrix, one Problem per drifted pin."""
+    """pixi.toml against the facts and the matrix, one Problem per drifted pin; and what mmstack
+    cannot lock as pixi would (an environment on several platforms, a pixi floor with known bugs)."""
     problems: list[Problem] = []
     src = manifest.path.name
+    if manifest.requires_pixi is not None:
+        for bug, why in pixi_manifest.pixi_floor_problems(manifest):
+            fixed = next(".".join(map(str, f)) for b, f, _ in pixi_manifest.PIXI_FIXES if b == bug)
+            problems.append(Problem("-", "-", "pixi-floor", f"{src}: {bug}: {why}",
+                                    f'requires-pixi = ">={fixed}" in [workspace], then `mmstack ci generate`'))
+    gens = {g.env for g in facts.generation}
+    for spec in manifest.envs.values():
+        if spec.name not in gens and len(spec.platforms) != 1:
+            implicit = " (pixi's implicit default environment: the default feature on every platform)" \
+                if spec.name == pixi_manifest.DEFAULT_ENV else ""
+            problems.append(Problem(spec.name, "-", "one-platform",
+                                    f"{src}: environment resolves to {len(spec.platforms)} platforms"
+                                    f" ({', '.join(p.name for p in spec.platforms)}){implicit}; `mmstack lock` locks one",
+                                    f"define `{spec.name}` in [environments] with a feature bound to one platform"
+                                    if implicit else "bind one of its features to a single platform"))
     for env, pins in expected_pins(facts, matrix).items():
         if env not in manifest.envs:
             problems.append(Problem(env, "-", "manifest-drift", f"{src} has no environment {env!r} (a generation in the facts)",
@@ -212,15 +228,14 @@ def lock_problems(*, env: EnvSpec, locked: LockedEnv, facts: Facts, matrix: list
                 out.append(Problem(name, "-", "stale-lock",
                                    f"{_DIGEST_FILES[key]} changed for this environment since it was locked", relock))
     plat = env.platforms[0] if len(env.platforms) == 1 else None
-    if plat and (locked.platform != plat.name
-                 or pixi_manifest.platform_identity(locked.subdir, locked.virtual_packages) != plat.identity()):
-        out.append(Problem(name, "-", "stale-lock",
-                           f"locked on platform {locked.platform} [{', '.join(locked.virtual_packages)}], pixi.toml declares"
-                           f" {plat.name} [{', '.join(plat.lock_strings())}]", relock))
+    out += _platform_definition(env, locked, relock)
 
-    # Complete: every requested spec and every dependency is satisfied inside the lock.
+    # Complete and minimal, as pixi's satisfiability check walks it: every requested spec and every
+    # dependency is satisfied inside the lock, one record per name, nothing unreachable.
+    out += _duplicates(locked, relock)
     out += _unsatisfied(env, locked, relock)
     out += _closure(locked, plat, relock)
+    out += _unreachable(env, locked, plat, relock)
 
     # Traceable: sha256 and a configured channel for every record.
     bases = [c.rstrip("/") + "/" for c in channels]
@@ -258,6 +273,123 @@ def lock_problems(*, env: EnvSpec, locked: LockedEnv, facts: Facts, matrix: list
     if gen is not None:
         out += _generation_rules(gen, locked, facts, matrix, relock)
     return out
+
+
+# -- pixi's satisfiability rules (pixi_core/src/lock_file/outdated.rs, satisfiability/) ----------
+#
+# What pixi checks before it trusts a lock (`pixi install --locked` fails, plain `pixi install`
+# re-solves, when one fails). envs/README.md lists each rule with the check here and its test.
+
+PIXI_DEFAULT_OPTIONS = {"strategy": "highest", "channel-priority": "strict",
+                        "pypi-prerelease-mode": "if-necessary-or-explicit"}
+
+
+def _base_url(url: str) -> str:
+    return url.rstrip("/") + "/"
+
+
+def pixi_env_problems(env: EnvSpec, locked: LockedEnv, channel_urls: list[str]) -> list[Problem]:
+    """The environment-level rules (satisfiability/environment.rs, `verify_environment_satisfiability`):
+    the same channels in the same order, no platform the environment does not have, and the solve
+    options pixi.toml implies (mmstack refuses the keys that would change them)."""
+    out: list[Problem] = []
+    relock = f"mmstack lock --env {env.name}"
+    want = [_base_url(c) for c in channel_urls]
+    have = [_base_url(c) for c in locked.channels]
+    if have != want:
+        how = "extended" if want[:len(have)] == have else "changed"
+        out.append(Problem(env.name, "-", "pixi-channels",
+                           f"pixi.lock's channels {have} are not pixi.toml's {want} ({how}: pixi calls the lock outdated)",
+                           relock))
+    names = {p.name for p in env.platforms}
+    subdirs = {p.subdir for p in env.platforms}
+    extra = sorted(n for n, sub, _ in locked.other_platforms if n not in names and sub not in subdirs)
+    if locked.platform not in names and locked.subdir not in subdirs:
+        extra.insert(0, locked.platform)
+    if extra:
+        out.append(Problem(env.name, "-", "pixi-platforms",
+                           f"pixi.lock has platform(s) {', '.join(extra)} that the environment does not have", relock))
+    for key, value in locked.options:
+        default = PIXI_DEFAULT_OPTIONS.get(key)
+        if default is not None and value != default:
+            out.append(Problem(env.name, "-", "pixi-solve-options",
+                               f"locked with {key} {value}; pixi.toml implies {default}", relock))
+    return out
+
+
+def pixi_lock_problems(manifest: Manifest, locked: dict[str, LockedEnv]) -> list[Problem]:
+    """Every pixi satisfiability rule mmstack models, for a whole pixi.lock (`read_pixi_lock` with
+    the manifest's platforms): environments missing or extra, then per environment the
+    environment-level rules and the record rules (`lock_problems` runs the same record rules)."""
+    out: list[Problem] = []
+    for name, env in manifest.envs.items():
+        relock = f"mmstack lock --env {name}"
+        if name not in locked:
+            out.append(Problem(name, "-", "missing-lock", f"{name} is not in pixi.lock", relock))
+            continue
+        lk = locked[name]
+        plat = env.platforms[0] if len(env.platforms) == 1 else None
+        out += pixi_env_problems(env, lk, manifest.pixi_lock_channels())
+        out += _platform_definition(env, lk, relock)
+        out += _duplicates(lk, relock)
+        out += _unsatisfied(env, lk, relock)
+        out += _closure(lk, plat, relock)
+        out += _unreachable(env, lk, plat, relock)
+    for extra in sorted(set(locked) - set(manifest.envs)):
+        out.append(Problem(extra, "-", "stale-lock", f"pixi.lock has {extra!r}, pixi.toml has no such environment", "mmstack lock"))
+    return out
+
+
+def _platform_definition(env: EnvSpec, locked: LockedEnv, relock: str) -> list[Problem]:
+    """pixi's PlatformDefinitionChanged: the locked platform of that name has the manifest's subdir
+    and customised virtual packages (after pixi's alignment of `p1`, `p2`, ... by identity)."""
+    match = [p for p in env.platforms if p.name == locked.platform]
+    if len(env.platforms) == 1 and not match:
+        match = list(env.platforms)
+    if not match:
+        return []
+    plat = match[0]
+    if locked.platform == plat.name and pixi_manifest.platform_identity(locked.subdir, locked.virtual_packages) == plat.identity():
+        return []
+    return [Problem(env.name, "-", "stale-lock",
+                    f"locked on platform {locked.platform} ({locked.subdir}) [{', '.join(locked.virtual_packages)}], pixi.toml declares"
+                    f" {plat.name} ({plat.subdir}) [{', '.join(plat.lock_strings())}]", relock)]
+
+
+def _duplicates(locked: LockedEnv, relock: str) -> list[Problem]:
+    """pixi's DuplicateEntry: one record per package name."""
+    seen: dict[str, int] = {}
+    for p in locked.packages:
+        seen[p.name] = seen.get(p.name, 0) + 1
+    return [Problem(locked.name, n, "pixi-duplicate", f"pixi.lock has {k} records of {n}", relock)
+            for n, k in sorted(seen.items()) if k > 1]
+
+
+def _unreachable(env: EnvSpec, locked: LockedEnv, plat, relock: str) -> list[Problem]:
+    """pixi's TooManyCondaPackages: every locked record is reached from pixi.toml's specs through
+    `depends` (a dependency a virtual package meets reaches nothing)."""
+    from rattler import MatchSpec
+    from rattler.exceptions import InvalidMatchSpecError
+
+    by_name = {p.name: p for p in locked.packages}
+    stack = [MatchSpec(s.match_spec.split("::", 1)[-1]).name.normalized for s in env.specs]
+    seen: set[str] = set()
+    while stack:
+        name = stack.pop()
+        if name in seen or name not in by_name:
+            continue
+        seen.add(name)
+        for dep in by_name[name].depends:
+            try:
+                stack.append(MatchSpec(dep).name.normalized)
+            except InvalidMatchSpecError:
+                continue  # _closure reports it
+    extra = sorted(set(by_name) - seen)
+    if not extra:
+        return []
+    return [Problem(locked.name, extra[0], "pixi-too-many-packages",
+                    f"pixi.lock has {len(extra)} record(s) nothing in pixi.toml needs: {', '.join(extra[:5])}"
+                    + (" …" if len(extra) > 5 else ""), relock)]
 
 
 def _unsatisfied(env: EnvSpec, locked: LockedEnv, relock: str) -> list[Problem]:
