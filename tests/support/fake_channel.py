@@ -11,7 +11,7 @@ Real .conda packages (made by py-rattler-build's `assemble_package`, empty of fi
   (`cuda129_sm89_py311_h…_0`, `cuda129_all_py311_h…_0`, `cpu_py311_h…_0`), `__cuda` and
   cuda-version in its run requirements for CUDA builds, pinned to the matrix's pytorch;
 - python, mmstack and the tooling (typer, rich, pydantic, pyelftools, py-rattler,
-  py-rattler-build, ruamel.yaml, pytest, ruff) so the repository's pixi.toml solves whole.
+  py-rattler-build, ruamel.yaml, pytest, ruff, matplotlib-base) so the repository's pixi.toml solves whole.
 
 Nothing here is a product default. `build_channel(dest, packages)` writes and indexes a channel.
 """
@@ -109,7 +109,7 @@ def standard_packages(matrix, *, pythons=("3.11", "3.12"), cuda_versions=("12.8"
     for name, ver in (("typer", "0.12.5"), ("rich", "13.9.4"), ("pydantic", "2.9.2"), ("pyelftools", "0.31"), ("jinja2", "3.1.6"),
                       ("ruamel.yaml", "0.18.6"), ("pytest", "8.3.3")):
         pkgs.append(Pkg(name, ver, "pyh", subdir="noarch", noarch="python", depends=("python >=3.9",)))
-    for name, ver in (("py-rattler", "0.28.0"), ("py-rattler-build", "0.73.0")):
+    for name, ver in (("py-rattler", "0.28.0"), ("py-rattler-build", "0.73.0"), ("matplotlib-base", "3.10.8")):
         pkgs.append(Pkg(name, ver, "py311", depends=(_py("3.11"),)))
     pkgs.append(Pkg("ruff", "0.6.9", "", depends=("__glibc >=2.17,<3.0.a0",)))
     pkgs.extend(extra)
