@@ -281,7 +281,7 @@ def test_check_recipes_passes_on_the_repository():
     from mmstack.build.recipes import check_recipes
 
     note = check_recipes(ROOT)
-    assert "mmcv: 18 (one per variant, build strings match)" in note and "mmdet: 1" in note
+    assert "mmcv: 18 (one per variant, build strings match" in note and "mmdet: 1" in note
     assert "meta.yaml: 18 per conda-build 26.7.1 (same build strings)" in note
 
 

@@ -49,11 +49,34 @@ def test_repacked_distributions_depend_on_what_their_metadata_requires():
     assert {"markdown-it-py", "pygments"} <= set(deps)
 
 
-@pytest.mark.skipif(not RUN1.is_dir(), reason="no committed recipe-run1 results")
-def test_recipe_run1_summary_is_what_the_script_makes_of_the_committed_files():
-    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_proof_summary.py"), str(RUN1)],
+RUN2 = RUN1.with_name("recipe-run2")
+
+
+@pytest.mark.parametrize("run", [RUN1, RUN2], ids=lambda p: p.name)
+def test_recipe_run_summary_is_what_the_script_makes_of_the_committed_files(run):
+    if not run.is_dir():
+        pytest.skip(f"no committed {run.name} results")
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_proof_summary.py"), str(run)],
                          capture_output=True, text=True, check=True).stdout
-    assert json.loads(out) == json.loads((RUN1 / "summary.json").read_text())
+    assert json.loads(out) == json.loads((run / "summary.json").read_text())
+
+
+def test_recipe_run2_tested_sm90_package_landed_with_upstream_tests_on_the_h200():
+    """issue 20: the sm_90 build passed its whole test section on the GPU and landed; its sandbox
+    ran L2 and L4 on the H200 (not skipped) and upstream's tests/test_ops with no failure."""
+    summary = json.loads((RUN2 / "summary.json").read_text())
+    sm90 = summary["builds"]["sm90"]
+    assert sm90["command_rc"] == 0 and sm90["tests_run"] and sm90["landed_in_channel"]
+    assert {k: v["status"] for k, v in sm90["sandbox_ladder"]["levels"].items()} == {
+        "L1": "PASS", "L2": "PASS", "L3": "PASS", "L4": "PASS"}
+    (pkg,) = sm90["packages"]
+    assert pkg["build_string"].startswith("cuda130_sm90_py312_")
+    (upstream,) = pkg["test_results"]
+    assert upstream["kind"] == "upstream-tests" and upstream["failed"] == []
+    assert upstream["counts"]["passed"] >= 200 and upstream["counts"]["failed"] == upstream["counts"]["error"] == 0
+    l4 = summary["installed_prefix_l4_complete"]["sm90"]["l4_per_op"]
+    assert l4["device"] == "cuda" and l4["coverage"]["failed"] == [] and l4["coverage"]["compared"] >= 60
+    assert summary["installed_prefix_ladder"]["sm90"]["ok"] is True
 
 
 @pytest.mark.skipif(not RUN1.is_dir(), reason="no committed recipe-run1 results")
