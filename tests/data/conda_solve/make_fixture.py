@@ -56,8 +56,9 @@ def main() -> int:
         print(run.stdout[-3000:], run.stderr[-3000:], file=sys.stderr)
         return 1
     links = doc["actions"]["LINK"]
-    packages = sorted(({"name": p["name"], "version": p["version"], "build": _HASH.sub("h*", p["build"]),
-                        "channel": label(p["base_url"] if "base_url" in p else p["channel"], channel, standin)}
+    packages = sorted(({"name": p["name"], "version": p["version"],
+                        "build": _HASH.sub("h*", p.get("build") or p.get("build_string") or p["dist_name"].rsplit("-", 1)[1]),
+                        "channel": label(str(p.get("base_url") or p.get("channel") or ""), channel, standin)}
                        for p in links), key=lambda p: p["name"])
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV", "CONDA"))}
     ops = subprocess.run([str(prefix / "bin" / "python"), "-c", "import mmcv, mmcv.ops; print(mmcv.__version__)"],
