@@ -159,3 +159,11 @@ def test_gpus_filters():
     assert code == 0 and json.loads(out) and all(r["environment"] is None for r in json.loads(out))
     code, out, _ = mmstack("gpus", "--arch", "12", "--env", "rtx5090")
     assert code == 0 and "GB10" in out and "lower minor" in out
+
+
+def test_a_compute_capability_no_gpu_has_is_bad_input_not_a_needs_cuda_question_mark():
+    """issue 22 item 7: `--cc 99.9` said "needs CUDA >= ?" and exited 1."""
+    code, out, err = mmstack("arch", "check", "--cc", "99.9", "--arch-list", "9.0")
+    assert code == 2, (out, err)
+    assert "no GPU architecture or CUDA toolkit in the facts has compute capability 99.9" in err and "9.0" in err
+    assert "?" not in err.split("(fix:")[0]

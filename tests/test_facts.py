@@ -426,3 +426,32 @@ def test_missing_source_fails(tmp_path):
 def test_malformed_toml_names_the_file(tmp_path):
     with pytest.raises(BadInput, match=r"gpus\.toml"):
         facts.load_file(_write(tmp_path, "[[gpu]\nname="))
+
+
+# issue 22 item 7: hints that misled ("RTX 4900" -> "RTX A400", "nope" -> "Nano", --cuda 9.0 -> "13.0")
+@pytest.mark.parametrize("name, meant", [("RTX 4900", "RTX 4090"), ("GTX 1008", "GTX 1080"), ("RTX 5900", "RTX 5090")])
+def test_two_swapped_digits_of_a_model_number_suggest_that_model(name, meant):
+    with pytest.raises(BadInput) as err:
+        facts.load().find_gpu(name)
+    msg = str(err.value)
+    assert f"did you mean '{meant}'" in msg and "another GPU" not in msg, msg
+
+
+@pytest.mark.parametrize("name", ["nope", "banana", "my gpu"])
+def test_a_name_with_no_model_number_gets_no_far_fetched_suggestion(name):
+    with pytest.raises(BadInput) as err:
+        facts.load().find_gpu(name)
+    assert "did you mean" not in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize("version, words", [
+    ("9.0", "CUDA 9.0 is older than every toolkit in the facts (the oldest is 10.2)"),
+    ("14.0", "CUDA 14.0 is newer than every toolkit in the facts (the newest is 13.5)"),
+    ("12.7", "did you mean '12.6'?"),
+    ("twelve", "unknown CUDA version 'twelve'"),
+])
+def test_an_unknown_cuda_version_is_placed_against_the_known_ones(version, words):
+    with pytest.raises(BadInput) as err:
+        facts.load().toolkit(version)
+    assert words in str(err.value), str(err.value)
+    assert "did you mean '13.0'" not in str(err.value)

@@ -354,6 +354,13 @@ def _subject(facts: Facts, gpu_name: str | None, cc: str | None) -> _Subject:
         arch = parse_arch(cc, where="--cc")
         if arch.suffix:
             raise BadInput(f"--cc {cc!r}: a GPU's compute capability has no 'a'/'f' suffix", fix=f"--cc {arch.plain}")
+        # a compute capability some GPU architecture has, or some toolkit targets (10.7 before its GPU is listed)
+        ccs = {a.compute_capability for a in facts.architecture} | {x for tk in facts.cuda for x in tk.sass}
+        if str(arch) not in ccs:
+            known_ccs = sorted(ccs, key=lambda c: tuple(int(x) for x in c.split(".")))
+            raise BadInput(f"--cc {cc!r}: no GPU architecture or CUDA toolkit in the facts has compute capability {arch}",
+                           fix=f"use the GPU's compute capability (nvidia-smi --query-gpu=compute_cap --format=csv); "
+                               f"known: {', '.join(known_ccs)}")
         known = facts.lookup_gpu(gpu_name) if gpu_name else None
         if known is not None and known.compute_capability != str(arch):
             raise BadInput(f"--gpu {gpu_name!r} is compute capability {known.compute_capability}, not {arch}",

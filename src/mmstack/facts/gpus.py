@@ -226,9 +226,18 @@ class Facts(_Strict):
 
     def _gpu_did_you_mean(self, name: str) -> str:
         """A close name, always with its compute capability; when its model number is not the one asked
-        about (GTX 780 -> GTX 980), it says that this is another GPU whose compute capability may differ."""
+        about (GTX 780 -> GTX 980), it says that this is another GPU whose compute capability may differ.
+        A name whose model number is a known one with two digits swapped (RTX 4900) gets that GPU
+        (RTX 4090); a name with no model number at all (nope) gets a suggestion only when it is close."""
         by_name = {n: gpu for gpu in self.gpu for n in (gpu.name, *gpu.aliases)}
-        hint = _did_you_mean(name, by_name)
+        asked = _model_numbers(name)
+        swapped = [n for n in by_name if _model_numbers(n) and any(_transposed(a, m) for a in asked for m in _model_numbers(n))
+                   and _model_numbers(n) - {m for m in _model_numbers(n) if any(_transposed(a, m) for a in asked)} <= asked]
+        if swapped:
+            best = max(swapped, key=lambda n: difflib.SequenceMatcher(None, name.lower(), n.lower()).ratio())
+            hint = f"; did you mean {best!r}?"
+        else:
+            hint = _did_you_mean(name, by_name, cutoff=0.5 if asked else 0.75)
         if not hint:
             return ""
         close = hint.split("'", 2)[1] if "'" in hint else ""
@@ -236,7 +245,7 @@ class Facts(_Strict):
         if gpu is None:  # pragma: no cover - _did_you_mean returns one of the choices
             return hint
         said = f"; did you mean {close!r} (compute capability {gpu.compute_capability})?"
-        if _model_numbers(name) != _model_numbers(close):
+        if _model_numbers(name) != _model_numbers(close) and not swapped:
             said += (f" It is another GPU than {name!r}: its compute capability need not be yours"
                      " (nvidia-smi --query-gpu=compute_cap --format=csv tells)")
         return said
@@ -269,7 +278,7 @@ class Facts(_Strict):
             if tk.version == version:
                 return tk
         raise BadInput(
-            f"unknown CUDA version {version!r}{_did_you_mean(version, [t.version for t in self.cuda])}",
+            f"unknown CUDA version {version!r}{_version_hint(version, [t.version for t in self.cuda])}",
             fix=f"use one of: {', '.join(t.version for t in self.cuda)}",
         )
 
@@ -369,11 +378,35 @@ def _strip_variant(name: str) -> str:
     return _VARIANT.sub(" ", name.replace("-", " ").replace("_", " "))
 
 
-def _did_you_mean(name: str, choices) -> str:
-    close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.5)
+def _transposed(a: str, b: str) -> bool:
+    """b is a with two neighbouring characters swapped (4900 <-> 4090)."""
+    if len(a) != len(b) or a == b:
+        return False
+    diff = [i for i in range(len(a)) if a[i] != b[i]]
+    return len(diff) == 2 and diff[1] == diff[0] + 1 and a[diff[0]] == b[diff[1]] and a[diff[1]] == b[diff[0]]
+
+
+def _version_hint(version: str, known: list[str]) -> str:
+    """For an unknown CUDA version: outside the known range, say so; inside it, the nearest release
+    of the same major (12.7 -> 12.8); otherwise a close spelling."""
+    try:
+        asked = tuple(int(x) for x in version.split("."))
+        rows = sorted((tuple(int(x) for x in v.split(".")), v) for v in known)
+    except ValueError:
+        return _did_you_mean(version, known, cutoff=0.6)
+    if asked < rows[0][0]:
+        return f"; CUDA {version} is older than every toolkit in the facts (the oldest is {rows[0][1]})"
+    if asked > rows[-1][0]:
+        return f"; CUDA {version} is newer than every toolkit in the facts (the newest is {rows[-1][1]})"
+    same = [(abs(k[1] - asked[1]) if len(k) > 1 and len(asked) > 1 else 0, v) for k, v in rows if k[0] == asked[0]]
+    return f"; did you mean {min(same)[1]!r}?" if same else ""
+
+
+def _did_you_mean(name: str, choices, *, cutoff: float = 0.5) -> str:
+    close = difflib.get_close_matches(name, list(choices), n=1, cutoff=cutoff)
     if not close:
         by_norm = {_norm(c): c for c in choices}
-        hit = difflib.get_close_matches(_norm(name), list(by_norm), n=1, cutoff=0.5)
+        hit = difflib.get_close_matches(_norm(name), list(by_norm), n=1, cutoff=cutoff)
         close = [by_norm[hit[0]]] if hit else []
     return f"; did you mean {close[0]!r}?" if close else ""
 
