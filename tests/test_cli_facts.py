@@ -167,3 +167,32 @@ def test_a_compute_capability_no_gpu_has_is_bad_input_not_a_needs_cuda_question_
     assert code == 2, (out, err)
     assert "no GPU architecture or CUDA toolkit in the facts has compute capability 99.9" in err and "9.0" in err
     assert "?" not in err.split("(fix:")[0]
+
+
+def test_arch_check_package_fails_a_build_needing_a_newer_glibc_than_the_system(tmp_path):
+    """issue 26: `arch check --package` on a real CUDA object that uses __libc_single_threaded
+    (GLIBC_2.32): fine on this machine's glibc, a failure for a glibc 2.28 system, with the fix."""
+    import os
+    import shutil
+    import subprocess
+
+    if not shutil.which("nvcc"):
+        pytest.skip("no nvcc on this machine")
+    if tuple(int(x) for x in (os.confstr("CS_GNU_LIBC_VERSION") or "glibc 0.0").split()[-1].split(".")) < (2, 32):
+        pytest.skip("this glibc is older than 2.32")
+    src = tmp_path / "g.cu"
+    src.write_text("#include <sys/single_threaded.h>\n__global__ void k(float *x) { x[threadIdx.x] += 1.0f; }\n"
+                   'extern "C" int st(float *x) { k<<<1, 32>>>(x); return __libc_single_threaded; }\n')
+    so = tmp_path / "g.so"
+    subprocess.run(["nvcc", "-shared", "-Xcompiler", "-fPIC", "-gencode", "arch=compute_80,code=sm_80",
+                    "-o", str(so), str(src)], check=True, cwd=tmp_path)
+    code, out, err = mmstack("arch", "check", "--package", str(so), "--cc", "8.0", "--glibc", "2.28", "--json")
+    a = json.loads(out)
+    assert code == 1 and a["ok"] is False and a["verdict"] == "native", (out, err)
+    needed = a["notes"][-1].split("glibc >= ")[1].split()[0]
+    assert tuple(map(int, needed.split("."))) >= (2, 32)
+    assert "cannot load on glibc 2.28" in a["reason"] and "sysroot_linux-64 <= 2.28" in a["fix"]
+    code, out, _ = mmstack("arch", "check", "--package", str(so), "--cc", "8.0", "--glibc", needed, "--json")
+    assert code == 0 and json.loads(out)["ok"] is True
+    code, out, _ = mmstack("fatbin", str(so), "--json")
+    assert json.loads(out)["glibc"] == needed

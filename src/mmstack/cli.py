@@ -78,13 +78,15 @@ def arch_check(
     cc: str | None = typer.Option(None, "--cc", callback=_not_empty, help="The GPU's compute capability (8.6 or sm_86), for a name the facts lack."),
     arch_list: str | None = typer.Option(None, "--arch-list", callback=_not_empty, help="e.g. '8.9;9.0+PTX', 'sm_90', a -gencode flag."),
     package: Path | None = typer.Option(None, "--package", parser=_raw_path, callback=_not_empty, help="A .whl, .conda, .tar.bz2 or .so: read its SASS/PTX instead of --arch-list."),
+    glibc: str | None = typer.Option(None, "--glibc", callback=_not_empty, help="With --package: the glibc of the system it is for (default: this machine's); a package needing a newer one fails."),
     cuda: str | None = typer.Option(None, "--cuda", callback=_not_empty, help="CUDA toolkit that builds it, e.g. 12.8 (with --arch-list)."),
     json: bool = JSON,
 ) -> None:
     """Will a build (an arch list, or a package's CUDA code) run on GPU? Exit 0 runs (warnings for JIT/lower minor), 1 not."""
     from mmstack.commands.facts_cmds import run_arch_check
 
-    raise typer.Exit(run_arch_check(gpu=gpu, cc=cc, arch_list=arch_list, package=package, cuda=cuda, as_json=json))
+    raise typer.Exit(run_arch_check(gpu=gpu, cc=cc, arch_list=arch_list, package=package, cuda=cuda, as_json=json,
+                                    glibc=glibc))
 
 
 @app.command()

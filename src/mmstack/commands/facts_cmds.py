@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json as jsonlib
+import os
 import re
 from pathlib import Path
 
@@ -87,9 +88,42 @@ def run_gpus(*, name: str | None, as_json: bool, arch: str | None = None, env: s
     return 0
 
 
+def _system_glibc() -> str | None:
+    try:
+        return (os.confstr("CS_GNU_LIBC_VERSION") or "").split()[-1]
+    except (ValueError, OSError, AttributeError, IndexError):
+        return None
+
+
+def with_glibc(a, listings, glibc: str | None):
+    """A package's assessment plus what its objects need from glibc: a note always, and a failure
+    when they need a newer glibc than `glibc` (the system it is meant for)."""
+    from dataclasses import replace
+
+    from mmstack.facts.elf import glibc_version_key
+    from mmstack.facts.fatbin import glibc_floor
+
+    needed, where = glibc_floor(listings)
+    if needed is None or where is None:
+        return a
+    obj = where.split("!")[-1]
+    note = f"its objects need glibc >= {needed} (GLIBC_{needed} symbols in {obj})"
+    if glibc and glibc_version_key(needed) > glibc_version_key(glibc):
+        return replace(a, ok=False, notes=(*a.notes, note),
+                       reason=f"{a.reason}; and it cannot load on glibc {glibc}: {obj} needs "
+                              f"GLIBC_{needed} (a build linked against a newer glibc than this system's)",
+                       fix=f"use a build made against an older sysroot (conda-forge's sysroot_linux-64 <= {glibc}: "
+                           f"its `__glibc` run requirement says which), or a system with glibc >= {needed}")
+    return replace(a, notes=(*a.notes, note))
+
+
 def run_arch_check(*, gpu: str | None, arch_list: str | None, cuda: str | None, as_json: bool,
-                   cc: str | None = None, package: Path | None = None) -> int:
+                   cc: str | None = None, package: Path | None = None, glibc: str | None = None) -> int:
     facts = load()
+    if glibc is not None and package is None:
+        raise BadInput("--glibc goes with --package (an arch list has no binaries to read)", fix="drop --glibc")
+    if glibc is not None and not re.fullmatch(r"\d+\.\d+", glibc):
+        raise BadInput(f"--glibc {glibc!r} is not a glibc version", fix="e.g. --glibc 2.28 (ldd --version tells)")
     if arch_list is not None and package is None:
         a = archmod.assess(facts, gpu_name=gpu, cc=cc, arch_list=arch_list, cuda=cuda)
     elif package is not None and arch_list is None:
@@ -99,14 +133,16 @@ def run_arch_check(*, gpu: str | None, arch_list: str | None, cuda: str | None, 
             raise BadInput("name the GPU: --gpu NAME or --cc X.Y", fix="e.g. --gpu 'RTX 4090' or --cc 8.9")
         from mmstack.facts.fatbin import list_fatbins
 
-        a = archmod.assess_package(facts, list_fatbins(package), package=str(package), gpu_name=gpu, cc=cc)
+        listings = list_fatbins(package)
+        a = archmod.assess_package(facts, listings, package=str(package), gpu_name=gpu, cc=cc)
+        a = with_glibc(a, listings, glibc or _system_glibc())
     else:
         raise BadInput("give exactly one of --arch-list LIST or --package PATH",
                        fix="e.g. --arch-list '8.6;9.0+PTX' or --package torchvision-*.whl")
     if as_json:
         report.print_json(a.as_dict())
     else:
-        label = {"native": "OK", "lower-minor": "WARN", "ptx-jit": "WARN"}.get(a.verdict, "FAIL")
+        label = {"native": "OK", "lower-minor": "WARN", "ptx-jit": "WARN"}.get(a.verdict, "FAIL") if a.ok else "FAIL"
         what = f"{package.name}" if package is not None else f"[bold]{a.arch_list}[/]"
         report.console().print(f"{report.status_style(label)} {a.gpu} (sm {a.compute_capability}) with "
                                f"{what}{f' on CUDA {a.cuda}' if a.cuda else ''}: {a.verdict}")

@@ -181,9 +181,14 @@ def glibc_needed(path: str) -> str | None:
     glibc it loads on. None when it needs no versioned glibc symbol (or is no ELF)."""
     with open(path, "rb") as f:
         try:
-            needs = Elf(f).version_needs()
+            return glibc_of(Elf(f))
         except ElfError:
             return None
+
+
+def glibc_of(elf: Elf) -> str | None:
+    """glibc_needed for an ELF already open."""
+    needs = elf.version_needs()
     versions = [v for vs in needs.values() for v in vs if v.startswith("GLIBC_") and glibc_version_key(v)]
     if not versions:
         return None

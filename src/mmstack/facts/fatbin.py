@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import IO, BinaryIO
 
 from mmstack.errors import BadInput
-from mmstack.facts.elf import SHT_NOBITS, Elf, ElfError
+from mmstack.facts.elf import SHT_NOBITS, Elf, ElfError, glibc_of, glibc_version_key
 
 _MAGIC = 0xBA55ED50
 _CONTAINER = struct.Struct("<IHHQ")
@@ -98,6 +98,7 @@ def _sorted(archs: Iterable[str]) -> tuple[str, ...]:
 class ObjectListing:
     path: str  # the file, or "archive.whl!mmcv/_ext.so"
     entries: tuple[FatbinEntry, ...]
+    glibc: str | None = None  # the newest GLIBC_x.y symbol version it needs: the oldest glibc it loads on
 
     def _archs(self, kind: str) -> tuple[str, ...]:
         return _sorted(e.arch for e in self.entries if e.kind == kind and e.section == LOADED_SECTION)
@@ -206,12 +207,14 @@ def _kernels(stream: BinaryIO, offset: int, size: int) -> tuple[str, ...] | None
 
 def _list_elf(stream: BinaryIO, where: str) -> ObjectListing:
     try:
-        sections = [(s.name, s.offset, s.size) for s in Elf(stream).sections()
+        elf = Elf(stream)
+        sections = [(s.name, s.offset, s.size) for s in elf.sections()
                     if s.name in _SECTIONS and s.type != SHT_NOBITS]
+        glibc = glibc_of(elf)
     except (ElfError, struct.error, ValueError) as exc:
         raise BadInput(f"malformed ELF file: {exc}", source=where) from exc
     entries = [e for name, offset, size in sections for e in _parse_section(stream, offset, size, name, where)]
-    return ObjectListing(path=where, entries=tuple(entries))
+    return ObjectListing(path=where, entries=tuple(entries), glibc=glibc)
 
 
 def _list_member(fileobj: IO[bytes], where: str) -> ObjectListing | None:
@@ -308,6 +311,7 @@ def summarize(listings: list[ObjectListing]) -> dict:
                 "path": listing.path,
                 "sass": list(listing.sass),
                 "ptx": list(listing.ptx),
+                "glibc": listing.glibc,
                 "compressed": listing.compressed,
                 "bundles": [
                     {"label": b.label, "sass": list(b.sass), "ptx": list(b.ptx), "kernels": list(b.kernels), "empty": b.empty}
@@ -322,7 +326,17 @@ def summarize(listings: list[ObjectListing]) -> dict:
         ],
         "sass": list(_sorted(a for listing in listings for a in listing.sass)),
         "ptx": list(_sorted(a for listing in listings for a in listing.ptx)),
+        "glibc": glibc_floor(listings)[0],
     }
+
+
+def glibc_floor(listings: list[ObjectListing]) -> tuple[str | None, str | None]:
+    """The newest glibc any listed object needs, and the first object that needs it."""
+    found = [(glibc_version_key(lst.glibc), lst.glibc, lst.path) for lst in listings if lst.glibc]
+    if not found:
+        return None, None
+    _, version, path = max(found, key=lambda f: f[0])
+    return version, path
 
 
 def compare_to_arch_list(listings: list[ObjectListing], arch_list: str) -> list[str]:
