@@ -148,7 +148,7 @@ verify_prefix() {  # verify_prefix TAG PREFIX SPEC...: install into a fresh pref
   "$PY" - "$SP" "$CH" "$BOOT" "$prefix" "$@" > "$RES/install_$tag.json" 2> "$RES/install_$tag.err" <<'EOF'
 import json, sys, time
 sys.path[:0] = sys.argv[1].split(":")
-from mmstack.build import channel
+from mmstack.builder import channel
 ch, boot, prefix, specs = sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
 t = time.monotonic()
 recs = channel.install(specs, [ch, boot], prefix)

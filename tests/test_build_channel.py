@@ -11,7 +11,7 @@ import pytest
 rattler_build = pytest.importorskip("rattler_build", reason="py-rattler-build is the optional 'build' extra")
 pytest.importorskip("rattler", reason="py-rattler is the optional 'build' extra")
 
-from mmstack.build import channel  # noqa: E402
+from mmstack.builder import channel  # noqa: E402
 from mmstack.errors import BadInput, BuildFailed  # noqa: E402
 
 

@@ -33,7 +33,7 @@ pytest.importorskip("rattler_build", reason="py-rattler-build is the optional 'b
 
 from support import bootstrap, offline
 
-from mmstack.build import channel, recipes as build
+from mmstack.builder import channel, recipes as build
 
 pytestmark = pytest.mark.slow
 

@@ -1,4 +1,4 @@
-"""Build progress (build/progress.py) from a recorded rattler-build log of a real CUDA build.
+"""Build progress (builder/progress.py) from a recorded rattler-build log of a real CUDA build.
 
 benchmarks/results/h200/recipe-run2/rattler-build-sm90.log is what `mmstack build --log` wrote
 for mmcv sm_90 on the H200: `HH:MM:SS [level] message` per line. Replayed through the build's
@@ -11,7 +11,7 @@ import itertools
 import re
 from pathlib import Path
 
-from mmstack.build import progress, recipes
+from mmstack.builder import progress, recipes
 
 ROOT = Path(__file__).resolve().parents[1]
 LOG = ROOT / "benchmarks" / "results" / "h200" / "recipe-run2" / "rattler-build-sm90.log"

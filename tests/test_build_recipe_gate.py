@@ -12,8 +12,8 @@ import pytest
 from support.cli import ROOT, mmstack
 from support.offline import cached_sdist
 
-from mmstack.build import recipe_gate
-from mmstack.build.recipes import check_recipes
+from mmstack.builder import recipe_gate
+from mmstack.builder.recipes import check_recipes
 from mmstack.errors import CheckFailed, MmstackError
 
 pytest.importorskip("rattler_build", reason="the recipes stage renders with py-rattler-build")

@@ -14,7 +14,7 @@ import pytest
 
 pytest.importorskip("rattler_build", reason="py-rattler-build is the optional 'build' extra")
 
-from mmstack.build import recipes as build
+from mmstack.builder import recipes as build
 from mmstack.errors import BadInput, BuildFailed
 
 RECIPE = """\
@@ -175,7 +175,7 @@ def test_an_override_of_a_zipped_key_is_repeated_down_its_group(tmp_path):
 def test_a_rebuilt_package_is_not_shadowed_by_rattlers_cached_extraction(tmp_path, monkeypatch):
     """rattler's package cache is keyed by file name: the old extraction of a package rebuilt with the
     same build string must go before the build, or its tests run the old code."""
-    from mmstack.build.recipes import evict_cached_package, package_cache_dir
+    from mmstack.builder.recipes import evict_cached_package, package_cache_dir
 
     monkeypatch.setenv("RATTLER_CACHE_DIR", str(tmp_path))
     assert package_cache_dir() == tmp_path / "pkgs"

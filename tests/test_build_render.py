@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("rattler_build", reason="py-rattler-build is the optional 'build' extra")
 
-from mmstack.build import recipes as build
+from mmstack.builder import recipes as build
 from mmstack.variants import matrix as variants
 
 try:
@@ -278,7 +278,7 @@ def test_mmstack_recipe_matches_pyproject():
 
 
 def test_check_recipes_passes_on_the_repository():
-    from mmstack.build.recipes import check_recipes
+    from mmstack.builder.recipes import check_recipes
 
     note = check_recipes(ROOT)
     assert "mmcv: 18 (one per variant, build strings match" in note and "mmdet: 1" in note
@@ -288,7 +288,7 @@ def test_check_recipes_passes_on_the_repository():
 def test_check_recipes_fails_when_meta_yaml_drifts_from_its_recorded_conda_build_render(tmp_path):
     import shutil
 
-    from mmstack.build.recipes import CONDA_BUILD_RENDER, check_recipes
+    from mmstack.builder.recipes import CONDA_BUILD_RENDER, check_recipes
     from mmstack.errors import CheckFailed
 
     shutil.copytree(ROOT / "recipes", tmp_path / "recipes", ignore=shutil.ignore_patterns("output"))
@@ -309,7 +309,7 @@ def test_check_recipes_names_the_recipe_when_build_strings_collide(tmp_path):
     indistinguishable: `mmstack check` must fail naming the recipe."""
     import shutil
 
-    from mmstack.build.recipes import check_recipes
+    from mmstack.builder.recipes import check_recipes
     from mmstack.errors import CheckFailed
 
     shutil.copytree(ROOT / "recipes", tmp_path / "recipes", ignore=shutil.ignore_patterns("output"))

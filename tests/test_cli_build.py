@@ -46,7 +46,7 @@ def test_variant_overrides_render_one_build_per_build_string():
     """--variant for every zipped key makes all matrix rows the same build: it is rendered once,
     with the overridden values in its build string (what scripts/gpu-proof.sh builds on the H200)."""
     pytest.importorskip("rattler_build")
-    from mmstack.build import recipes as build
+    from mmstack.builder import recipes as build
 
     overrides = {"python": "3.12", "pytorch": "2.11", "cuda_compiler_version": "13.0",
                  "mmcv_arch_list": "8.0+PTX", "arch_tag": "sm80ptx", "c_stdlib_version": "2.28"}
@@ -145,7 +145,7 @@ def test_reachable_and_non_channel_urls(tmp_path):
     import http.server
     import threading
 
-    from mmstack.build.channel import unreachable
+    from mmstack.builder.channel import unreachable
 
     (tmp_path / "ch" / "noarch").mkdir(parents=True)
     (tmp_path / "ch" / "noarch" / "repodata.json").write_text("{}")
@@ -213,7 +213,7 @@ def test_a_failed_solve_names_the_spec_nothing_provides_and_the_fix(tmp_path):
 @pytest.mark.parametrize("quiet", [False, True])
 def test_build_progress_is_on_unless_quiet_and_json_stays_json(tmp_path, monkeypatch, capsys, quiet):
     """--quiet turns the progress watch off; with --json stdout is the JSON document either way."""
-    from mmstack.build import progress
+    from mmstack.builder import progress
     from mmstack.commands import build_cmds
 
     seen = {}

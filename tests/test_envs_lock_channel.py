@@ -163,7 +163,7 @@ def test_every_runtime_environment_gets_the_patched_mmdet(locked_repo):
 def test_a_plain_mmcv_install_gets_a_build_that_runs_on_any_gpu(channel, tmp_path, virtual, want):
     """`conda install -c ./channel mmcv` names no build: the fat build's higher build number must
     win over the single-generation builds, which would fail with 'no kernel image' on other GPUs."""
-    from mmstack.build import channel as channelmod
+    from mmstack.builder import channel as channelmod
 
     installed = channelmod.install(["mmcv", "python 3.11.*"], [channel], tmp_path / "env",
                                    virtual_packages=["__glibc=2.28", "__unix=0", "__linux=6.8", *virtual])

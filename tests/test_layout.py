@@ -16,9 +16,11 @@ TOP = {"cli", "commands", "__main__", "__init__"}
 ALLOWED = {
     "facts": set(),
     "variants": {"facts"},
-    "build": {"facts", "variants"},
-    "envs": {"facts", "variants", "build"},
-    "verify": {"facts", "variants", "build", "envs"},
+    # the build stage's package is `builder`: an unanchored `build/` (GitHub's Python .gitignore, many
+    # global excludes, tools that skip build output) would hide `build` from commits and tools
+    "builder": {"facts", "variants"},
+    "envs": {"facts", "variants", "builder"},
+    "verify": {"facts", "variants", "builder", "envs"},
     "ci": {"facts", "variants", "envs"},
 }
 # run by path in a child interpreter where mmstack may not be importable: stdlib (+ torch, mmcv, ...
@@ -101,3 +103,18 @@ def test_the_checker_sees_a_backwards_import(tmp_path):
             test_imports_point_left(fake / "facts" / "x.py")
     finally:
         globals()["PKG"] = old
+
+
+# Directory patterns of GitHub's Python .gitignore (github/gitignore Python.gitignore) and common global
+# excludes, unanchored: a subpackage with one of these names disappears from a contributor's commits.
+_IGNORED_DIR_NAMES = {"build", "dist", "develop-eggs", "downloads", "eggs", ".eggs", "lib", "lib64", "parts",
+                      "sdist", "var", "wheels", "share", "env", "venv", "ENV", "htmlcov", "site", "out", "bin", "obj",
+                      "target", "tmp", "temp", "cache", "logs"}
+
+
+def test_no_stage_package_has_a_name_ignore_files_hide():
+    """issue 22 item 10: src/mmstack/build/ was hidden by the unanchored `build/` of GitHub's Python
+    .gitignore; the stage's package is `builder`."""
+    packages = {p.name for p in PKG.iterdir() if p.is_dir() and (p / "__init__.py").is_file()}
+    assert "builder" in packages and set(ALLOWED) <= packages
+    assert packages & _IGNORED_DIR_NAMES == set()

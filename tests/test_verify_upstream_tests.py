@@ -10,7 +10,7 @@ import textwrap
 from pathlib import Path
 
 from mmstack import report
-from mmstack.build import recipes
+from mmstack.builder import recipes
 
 SUITE = textwrap.dedent('''
     import os

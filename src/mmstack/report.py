@@ -80,7 +80,7 @@ def error_line(msg: str) -> None:
 
 
 # A recipe test's result, as one line in rattler-build's log: `mmstack build` picks these lines up
-# (build/recipes.py) and puts them in its summary and --json.
+# (builder/recipes.py) and puts them in its summary and --json.
 RESULT_MARK = "mmstack-result "
 
 

@@ -6,9 +6,9 @@ import json as jsonlib
 from pathlib import Path
 
 from mmstack import report
-from mmstack.build import progress as progressmod
-from mmstack.build.channel import index_channel, require_reachable
-from mmstack.build.recipes import (
+from mmstack.builder import progress as progressmod
+from mmstack.builder.channel import index_channel, require_reachable
+from mmstack.builder.recipes import (
     ALL,
     DEFAULT_CHANNELS,
     STACK,

@@ -43,7 +43,7 @@ def _matrix(root: Path) -> str:
 
 
 def _recipes(root: Path) -> str:
-    from mmstack.build.recipes import check_recipes
+    from mmstack.builder.recipes import check_recipes
 
     return check_recipes(root)
 

@@ -201,7 +201,7 @@ def run_lock(*, root: Path = Path("."), envs: list[str] | None = None, channels:
         return 0
 
     names = _selected(inputs.manifest, envs)
-    from mmstack.build.channel import require_reachable
+    from mmstack.builder.channel import require_reachable
 
     require_reachable(inputs.channels, option="--channel")
     lock_path = root / lockfile.PIXI_LOCK

@@ -27,7 +27,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mmstack.build.channel import channel_url  # one place: the channel stage owns channel URLs
+from mmstack.builder.channel import channel_url  # one place: the channel stage owns channel URLs
 from mmstack.errors import BadInput
 
 if sys.version_info >= (3, 11):

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from mmstack import report
-from mmstack.build import channel as channelmod
-from mmstack.build.progress import BuildWatch
+from mmstack.builder import channel as channelmod
+from mmstack.builder.progress import BuildWatch
 from mmstack.errors import BadInput, BuildFailed
 
 ALL = "all"  # env=ALL: every variant of the matrix
@@ -285,7 +285,7 @@ def check_recipes(root: str | os.PathLike[str]) -> str:
     variant of the matrix with that variant's build string (`cuda129_sm89_py311_h…`)."""
     import json
 
-    from mmstack.build import recipe_gate
+    from mmstack.builder import recipe_gate
     from mmstack.errors import CheckFailed
     from mmstack.facts import gpus as facts
     from mmstack.variants import matrix as variants
