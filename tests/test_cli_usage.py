@@ -62,7 +62,7 @@ def test_readme_still_makes_the_venv_this_way():
     (("arch",), "Usage: mmstack arch [OPTIONS] COMMAND [ARGS]..."),
     (("arch", "chek"), "Usage: mmstack arch [OPTIONS] COMMAND [ARGS]..."),
     (("doctor", "extra"), "Usage: mmstack doctor [OPTIONS]"),
-    (("lock", "check", "--json"), "Usage: mmstack lock check [OPTIONS]"),
+    (("lock", "check", "--jsn"), "Usage: mmstack lock check [OPTIONS]"),
 ])
 def test_usage_error_is_usage_line_and_exit_2(readme_venv, args, usage):
     code, out, err = _run(readme_venv, *args)

@@ -336,3 +336,17 @@ def test_platform_identity_ignores_defaults_order_and_zero_builds():
     assert plat.identity() == ("linux-64", (("__cuda", "12.9", ""), ("__cuda_arch", "9", "")))
     assert platform_identity("linux-64", ["__cuda_arch=9.0", "__cuda=12.9=0", "__archspec=0=x86_64"]) == plat.identity()
     assert platform_identity("linux-64", ["__cuda=12.9", "__cuda_arch=9.0", "__glibc=2.17"]) != plat.identity()
+
+
+def test_lock_check_json_gives_ci_the_verdict_on_stdout(tmp_path):
+    """issue 22 item 6: `lock check --json` (it had none): ok and summary, or the problems, same exit code."""
+    from support.cli import mmstack
+
+    root = Path(__file__).resolve().parents[1]
+    code, out, err = mmstack("lock", "check", "--json", "--root", str(root))
+    doc = json.loads(out)
+    assert code == 0 and doc["ok"] is True and doc["problems"] == [] and "environments" in doc["summary"], (out, err)
+    code, out, err = mmstack("lock", "check", "--json", "--require-lock", "--root", str(root))
+    doc = json.loads(out)
+    assert code == 1 and doc["ok"] is False and doc["problems"], (out, err)
+    assert {"env", "package", "rule", "message", "fix"} == set(doc["problems"][0])

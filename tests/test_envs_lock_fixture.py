@@ -1,4 +1,4 @@
-"""`mmstack lock` / `lock check` against real conda-forge records (../shared/fixtures/conda-forge-subset).
+"""`mmstack lock` / `lock check` against real conda-forge records (tests/data/conda-forge-subset, copied from ../shared/fixtures).
 
 The fixture holds pytorch 2.7.1 cuda126 and 2.8.0 cpu builds, cuda-nvcc 12.8, cuda-version 12.8
 and python 3.11 (no mmcv), so the scenario is a two-generation world: `cpu` and `rtx4090` pinned
@@ -22,7 +22,8 @@ from mmstack.envs import lockfile
 from mmstack.envs.lock import collect_problems, run_lock, run_lock_check
 from mmstack.facts.gpus import load as load_facts
 
-FIXTURE = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "conda-forge-subset" / "conda-forge"
+# real conda-forge records: the copy in tests/data (its README says where they come from)
+FIXTURE = Path(__file__).resolve().parent / "data" / "conda-forge-subset" / "conda-forge"
 pytestmark = pytest.mark.skipif(not FIXTURE.is_dir(), reason=f"fixture channel absent: {FIXTURE}")
 pytest.importorskip("rattler", reason="py-rattler (the [build] extra) is not installed")
 pytest.importorskip("rattler_build", reason="py-rattler-build (the [build] extra) is not installed")

@@ -238,11 +238,13 @@ def lock_check(
     channel: list[str] | None = CHANNEL_OPT,
     root: Path = ROOT_OPT,
     require_lock: bool = typer.Option(False, "--require-lock", help="No pixi.lock is a failure (for a tree that commits its lock)."),
+    json: bool = JSON,
 ) -> None:
     """Exit 1 with one line per problem when a lock is stale or breaks the policy for its generation."""
     from mmstack.envs.lock import run_lock_check
 
-    raise typer.Exit(run_lock_check(root=root, envs=env or None, channels=channel or None, require_lock=require_lock))
+    raise typer.Exit(run_lock_check(root=root, envs=env or None, channels=channel or None, require_lock=require_lock,
+                                    as_json=json))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -352,9 +352,15 @@ def collect_problems(*, root: Path = Path("."), envs: list[str] | None = None, c
 
 
 def run_lock_check(*, root: Path = Path("."), envs: list[str] | None = None, channels: list[str] | None = None,
-                   facts: Facts | None = None, config: Path | None = None, require_lock: bool = False) -> int:
+                   facts: Facts | None = None, config: Path | None = None, require_lock: bool = False,
+                   as_json: bool = False) -> int:
     problems, summary = collect_problems(root=root, envs=envs, channels=channels, facts=facts, config=config,
                                          require_lock=require_lock)
+    if as_json:  # for a CI step that parses stdout: the same verdict and exit code
+        report.print_json({"ok": not problems, "summary": None if problems else summary,
+                           "problems": [{"env": p.env, "package": p.package, "rule": p.rule, "message": p.message,
+                                         "fix": p.fix} for p in problems]})
+        return 1 if problems else 0
     out = report.console()
     for p in problems:
         out.print(p.line(), highlight=False, markup=False, soft_wrap=True)
