@@ -283,3 +283,21 @@ def test_locks_yml_runs_the_real_conda_lock_on_every_conda_lock_file():
     assert "grep -q \"Spec hash already locked for \\['linux-64'\\]. Skipping solve.\" conda-lock.log" in run
     assert 'conda-lock render --kind explicit -p linux-64' in run
     subprocess.run(["bash", "-n", "-c", run], check=True)
+
+
+def test_ci_generate_json_says_what_it_wrote_or_checked(tmp_path):
+    """issue 22 item 6: `ci generate` had no --json."""
+    import shutil
+
+    from support.cli import mmstack
+
+    root = Path(__file__).resolve().parents[1]
+    code, out, err = mmstack("ci", "generate", "--check", "--json", "--root", str(root))
+    assert code == 0 and json.loads(out)["ok"] is True and "build.yml" in json.loads(out)["summary"], (out, err)
+    for f in ("conda_build_config.yaml", "pixi.toml"):
+        shutil.copy(root / f, tmp_path / f)
+    code, out, err = mmstack("ci", "generate", "--json", "--root", str(tmp_path))
+    files = json.loads(out)["files"]
+    assert code == 0 and set(files.values()) == {"written"} and any(f.endswith("build.yml") for f in files), (out, err)
+    code, out, _ = mmstack("ci", "generate", "--json", "--root", str(tmp_path))
+    assert set(json.loads(out)["files"].values()) == {"unchanged"}

@@ -350,3 +350,16 @@ def test_lock_check_json_gives_ci_the_verdict_on_stdout(tmp_path):
     doc = json.loads(out)
     assert code == 1 and doc["ok"] is False and doc["problems"], (out, err)
     assert {"env", "package", "rule", "message", "fix"} == set(doc["problems"][0])
+
+
+def test_lock_yml_only_json_lists_what_it_wrote(tmp_path):
+    """issue 22 item 6: `lock` had no --json (a full solve's JSON adds each environment's packages)."""
+    from support.cli import mmstack
+
+    root = Path(__file__).resolve().parents[1]
+    shutil.copytree(root / "envs", tmp_path / "envs")
+    for f in ("pixi.toml", "conda_build_config.yaml"):
+        shutil.copy(root / f, tmp_path / f)
+    code, out, err = mmstack("lock", "--yml-only", "--json", "--root", str(tmp_path))
+    doc = json.loads(out)
+    assert code == 0 and doc["ok"] is True and "envs/h100.yml" in doc["written"], (out, err)

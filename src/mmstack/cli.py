@@ -202,11 +202,12 @@ app.add_typer(ci_app, name="ci")
 def ci_generate(
     check: bool = typer.Option(False, "--check", help="Write nothing; exit 1 if a workflow is out of date."),
     root: Path = typer.Option(Path("."), "--root", parser=_raw_path, callback=_not_empty, help="Repository root."),
+    json: bool = JSON,
 ) -> None:
     """Write .github/workflows/build.yml and locks.yml from conda_build_config.yaml (or check them)."""
     from mmstack.ci.workflows import run_ci_generate
 
-    raise typer.Exit(run_ci_generate(root=root, check=check))
+    raise typer.Exit(run_ci_generate(root=root, check=check, as_json=json))
 
 
 lock_app = typer.Typer(help="Lockfiles per GPU generation: `mmstack lock` writes them, `mmstack lock check` gates CI.")
@@ -223,13 +224,14 @@ def lock(
     channel: list[str] | None = CHANNEL_OPT,
     root: Path = ROOT_OPT,
     yml_only: bool = typer.Option(False, "--yml-only", help="Only (re)write envs/<env>.yml from pixi.toml; no solve."),
+    json: bool = JSON,
 ) -> None:
     """Solve every environment with py-rattler; write pixi.lock and envs/*.conda-lock.yml (all or nothing)."""
     if ctx.invoked_subcommand is not None:
         return
     from mmstack.envs.lock import run_lock
 
-    raise typer.Exit(run_lock(root=root, envs=env or None, channels=channel or None, yml_only=yml_only))
+    raise typer.Exit(run_lock(root=root, envs=env or None, channels=channel or None, yml_only=yml_only, as_json=json))
 
 
 @lock_app.command("check")

@@ -190,19 +190,28 @@ def check_workflows(root: Path) -> str:
             f"(digest {config_digest(Path(root) / CONFIG_FILE)})")
 
 
-def run_ci_generate(*, root: Path, check: bool) -> int:
+def run_ci_generate(*, root: Path, check: bool, as_json: bool = False) -> int:
     """Write the workflows (or, with check, exit 1 naming the first stale file and the fix)."""
+    import json
+
     root = Path(root)
     if check:
-        print(check_workflows(root))
+        summary = check_workflows(root)
+        print(json.dumps({"ok": True, "summary": summary}) if as_json else summary)
         return 0
     expected = render(root)
+    done: dict[str, str] = {}
     for rel, text in expected.items():
         path = root / rel
         if path.is_file() and path.read_text() == text:
-            print(f"{rel}: unchanged")
+            done[str(rel)] = "unchanged"
             continue
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
-        print(f"{rel}: written")
+        done[str(rel)] = "written"
+    if as_json:
+        print(json.dumps({"ok": True, "files": done}, indent=2))
+    else:
+        for name, what in done.items():
+            print(f"{name}: {what}")
     return 0

@@ -183,7 +183,8 @@ def _conda_spec(s) -> str:
 
 
 def run_lock(*, root: Path = Path("."), envs: list[str] | None = None, channels: list[str] | None = None,
-             facts: Facts | None = None, config: Path | None = None, yml_only: bool = False) -> int:
+             facts: Facts | None = None, config: Path | None = None, yml_only: bool = False,
+             as_json: bool = False) -> int:
     """Solve and write pixi.lock + envs/; nothing is written unless every environment solves."""
     inputs = _inputs(root, facts, config, channels)
     drift = policy.manifest_problems(inputs.manifest, inputs.facts, inputs.matrix)
@@ -198,6 +199,8 @@ def run_lock(*, root: Path = Path("."), envs: list[str] | None = None, channels:
     if yml_only:
         lockfile.write_atomically(ymls)
         report.info(f"wrote {len(ymls)} envs/*.yml")
+        if as_json:
+            report.print_json({"ok": True, "written": sorted(str(f.relative_to(root)) for f in ymls), "environments": {}})
         return 0
 
     names = _selected(inputs.manifest, envs)
@@ -262,8 +265,13 @@ def run_lock(*, root: Path = Path("."), envs: list[str] | None = None, channels:
             + lockfile.dump_yaml(lockfile.conda_lock_virtual_package_spec(plat.subdir, vps)))
     lockfile.write_atomically(files)
 
-    for name, (plat, chans, records) in solved.items():
-        _print_changes(name, old.get(name), _locked(name, plat, chans, records))
+    if as_json:  # stdout for CI: what was written and each solved environment's packages
+        report.print_json({"ok": True, "written": sorted(str(Path(f).relative_to(root)) for f in files),
+                           "environments": {name: {"platform": plat.name, "packages": len(records)}
+                                            for name, (plat, _, records) in solved.items()}})
+    else:
+        for name, (plat, chans, records) in solved.items():
+            _print_changes(name, old.get(name), _locked(name, plat, chans, records))
     report.info(f"wrote {lock_path.name} ({len(all_envs)} environments: {', '.join(all_envs)}) and {len(solved)} envs/*.conda-lock.yml")
     return 0
 
