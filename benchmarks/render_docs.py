@@ -403,6 +403,9 @@ TABLES: dict[str, Table] = {
 }
 
 VALUES: dict[str, Value] = {
+    "cpu-ci-run-min": Value("cpu-dev/ci_run.json", compute=lambda d: d["wall_s"] / 60, spec="{:.0f}"),
+    "cpu-ci-pytest-passed": Value("cpu-dev/ci_run.json", "pytest.passed"),
+    "cpu-fast-suite-s": Value("cpu-dev/fast_suite.json", "wall_s", spec="{:.0f}"),
     "h200-ops-repeats": Value("h200/run2-fixed/ops_sm90.json", "repeats"),
     "h200-ops-iters": Value("h200/run2-fixed/ops_sm90.json", "iters"),
     "h200-detector-size": Value("h200/run2-fixed/detector_sm90.json", "image_size"),
