@@ -22,7 +22,9 @@ NAMES = (("/tmp/carry/tree", "$ROOT"), ("/tmp/carry", "$CARRY"), ("/work/main", 
 # a home directory: root's, or /home/<user>
 _HOME = r"(?:/root|/home/[A-Za-z0-9._-]+)"
 PATTERNS = ((re.compile(_HOME + r"/\.cache/mmstack-tests"), "$MMSTACK_TEST_CACHE"),
-            (re.compile(_HOME + r"(?=/)"), "$HOME"))
+            (re.compile(_HOME + r"(?=/)"), "$HOME"),
+            # any other temporary directory (pip's build dirs, rattler-build's work dirs)
+            (re.compile(r"/tmp(?=/[A-Za-z0-9._-])"), "$TMPDIR"))
 
 
 def scrub_text(text: str) -> str:

@@ -11,7 +11,7 @@ from support.cli import ROOT
 
 RESULTS = ROOT / "benchmarks" / "results"
 # a home directory (root's or a user's), the cache under one, the device's scratch and result folders
-MACHINE_PATH = re.compile(r"/root/|/home/[A-Za-z0-9._-]+/|~/\.cache|/tmp/gp\b|/tmp/res\b")
+MACHINE_PATH = re.compile(r"/root/|/home/[A-Za-z0-9._-]+/|~/\.cache|/tmp/[A-Za-z0-9._-]")
 
 
 def _scrub():
