@@ -20,6 +20,8 @@
 #             `mmstack verify --expect-gpu --levels L1..L5 --model faster-rcnn,faster-rcnn-mdconv`
 #   ptx       the same recipe for `8.0+PTX` (runs on sm_90 only through the driver's JIT)
 #   installptx  as install90, for the PTX build, plus `mmstack arch check` for the prediction
+#   seed      the .conda files of an earlier call ($CARRY/packages, as `--collect` returned them
+#             under $OUT/packages) added to the channel instead of rebuilding them
 #   bench     ops against torchvision, detector it/s against torchvision, a profile of both
 # Results go to $RES (default /tmp/res); `--start`/`--collect` tar them into $OUT.
 # NOTEST_FALLBACK=1: if the sm_90 sandbox tests fail, rebuild without them (tag sm90nt) so the
@@ -47,6 +49,12 @@ collect() {  # wait up to $1 s for the detached run, then hand $RES back through
   while [[ ! -e "$DONE" && $SECONDS -lt $until ]]; do sleep 2; done
   mkdir -p "${OUT:-/tmp/out}"
   tar czf "${OUT:-/tmp/out}/res.tgz" -C "$RES" . 2>/dev/null
+  # the packages built here come back too (not into the results): a later call carries them as
+  # $CARRY/packages and its `seed` stage puts them in the channel instead of rebuilding
+  if [[ -e "$DONE" && -d "$W/channel" ]]; then
+    mkdir -p "${OUT:-/tmp/out}/packages"
+    find "$W/channel" -name '*.conda' -exec cp {} "${OUT:-/tmp/out}/packages/" \;
+  fi
   cp /tmp/gpu-proof.out "${OUT:-/tmp/out}/gpu-proof.out" 2>/dev/null
   echo "--- status: $(cat "$RES/STATUS" 2>/dev/null) done=$([[ -e $DONE ]] && echo yes || echo no)"
   tail -40 /tmp/gpu-proof.out 2>/dev/null
@@ -135,6 +143,19 @@ if want noarch; then
   status "noarch: mmstack (python_min $PYV, with its tests)"
   build noarch --env h100 --recipe "$ROOT/recipes/mmstack" "${VARIANT[@]}" --variant "python_min=$PYV" \
     || { status "FAIL noarch"; tail -20 "$RES/build_noarch.err"; exit 1; }
+fi
+
+if want seed; then
+  status "seed: $(ls "$CARRY"/packages/*.conda 2>/dev/null | wc -l) carried packages into the channel"
+  rm -rf "$W/seedpkgs"; mkdir -p "$W/seedpkgs"; cp "$CARRY"/packages/*.conda "$W/seedpkgs/"
+  "$PY" - "$SP" "$CH" "$W"/seedpkgs/*.conda > "$RES/seed.txt" 2>&1 <<'EOF' || { status "FAIL seed"; exit 1; }
+import sys
+sys.path[:0] = sys.argv[1].split(":")
+from mmstack.builder import channel
+channel.ensure_channel(sys.argv[2], create=True)
+for p in channel.add_packages(sys.argv[2], sys.argv[3:]):
+    print(p.name)
+EOF
 fi
 
 units() {  # units TAG WORKDIR: per-unit compile times from the kept build tree's ninja log
