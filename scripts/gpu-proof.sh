@@ -81,7 +81,7 @@ if [[ -z "${SKIP_PIP:-}" ]]; then
   if [[ -f "$CARRY/site.tar.xz" ]]; then tar xJf "$CARRY/site.tar.xz" -C "$SITE" --strip-components=1 || { status "FAIL site.tar.xz"; exit 1; }; fi
   "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" \
     $(compgen -G "$CARRY/wheels/py_rattler*.whl") "$CARRY"/wheels/pydantic*.whl "$CARRY"/wheels/annotated_types*.whl \
-    "$CARRY"/wheels/typing_inspection*.whl "$CARRY"/wheels/pyelftools*.whl || { status "FAIL pip install"; exit 1; }
+    "$CARRY"/wheels/typing_inspection*.whl "$CARRY"/wheels/pyelftools*.whl "$CARRY"/wheels/zstandard*.whl || { status "FAIL pip install"; exit 1; }
 fi
 SP="$SITE:$ROOT/src:$ROOT/tests"
 # mmstack's CLI with the carried packages on sys.path only (no PYTHONPATH for its children: the
