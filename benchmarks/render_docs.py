@@ -273,7 +273,8 @@ def _upstream(b: dict) -> str:
     if not docs:
         return MISSING
     c = docs[0]["counts"]
-    return f"{c['passed']} passed, {c['failed'] + c['error']} failed, {c['skipped']} skipped ({docs[0]['seconds']:.0f} s)"
+    return (f"`{docs[0].get('path', 'tests/test_ops')}`: {c['passed']} passed, {c['failed'] + c['error']} failed, "
+            f"{c['skipped']} skipped ({docs[0]['seconds']:.0f} s)")
 
 
 def _recipe_builds(docs) -> tuple[list[str], list[list[object]]]:
@@ -295,7 +296,7 @@ def _recipe_builds(docs) -> tuple[list[str], list[list[object]]]:
                      fmt(b.get("sandbox_test_s"), "{:.0f} s"), tests, _upstream(b),
                      "yes" if b.get("landed_in_channel") else "no"])
     return ["build", "`mmstack build` wall", "CPU", "compile span", "parallel limit", "span / limit",
-            "sandbox test", "sandbox ladder on the GPU", "upstream tests/test_ops in the sandbox", "landed in the channel"], rows
+            "sandbox test", "sandbox ladder on the GPU", "upstream tests in the sandbox", "landed in the channel"], rows
 
 
 def _recipe_prefix(docs) -> tuple[list[str], list[list[object]]]:
@@ -396,7 +397,9 @@ TABLES: dict[str, Table] = {
     "h200-recipe-prefix": Table(sources=["h200/recipe-run1/summary.json"], build=_recipe_prefix),
     "h200-recipe2-builds": Table(sources=["h200/recipe-run2/summary.json"], build=_recipe_builds),
     "h200-recipe2-prefix": Table(sources=["h200/recipe-run2/summary.json"], build=_recipe_prefix),
-    "h200-l4-vs-upstream": Table(sources=["h200/recipe-run2/l4complete_sm90.json"], build=_l4_vs_upstream),
+    "h200-recipe3-builds": Table(sources=["h200/recipe-run3/summary.json"], build=_recipe_builds),
+    "h200-recipe3-prefix": Table(sources=["h200/recipe-run3/summary.json"], build=_recipe_prefix),
+    "h200-l4-vs-upstream": Table(sources=["h200/recipe-run3/l4complete_sm90.json"], build=_l4_vs_upstream),
     "cpu-ladder": Table(sources=["cpu-dev/ladder.json"], build=_cpu_ladder),
     "cpu-arch-sets": Table(sources=["cpu-dev/arch_sets.json"], build=_arch_sets),
     "cpu-detector": Table(sources=["cpu-dev/detector_cpu.json"], build=_cpu_detector),
@@ -406,6 +409,8 @@ VALUES: dict[str, Value] = {
     "cpu-ci-run-min": Value("cpu-dev/ci_run.json", compute=lambda d: d["wall_s"] / 60, spec="{:.0f}"),
     "cpu-ci-pytest-passed": Value("cpu-dev/ci_run.json", "pytest.passed"),
     "cpu-fast-suite-s": Value("cpu-dev/fast_suite.json", "wall_s", spec="{:.0f}"),
+    "h200-upstream-sandbox": Value("h200/recipe-run3/build_sm90.json", compute=lambda d: _upstream(
+        {"packages": d["packages"]})),
     "h200-ops-repeats": Value("h200/run2-fixed/ops_sm90.json", "repeats"),
     "h200-ops-iters": Value("h200/run2-fixed/ops_sm90.json", "iters"),
     "h200-detector-size": Value("h200/run2-fixed/detector_sm90.json", "image_size"),
@@ -436,7 +441,7 @@ class Plot:
         return self.draw(self.title, *(RESULTS / s for s in self.sources))
 
 
-_BUILDS = {"recipe-run1": ("sm90", "ptx", "sm90nt"), "recipe-run2": ("sm90",)}
+_BUILDS = {"recipe-run1": ("sm90", "ptx", "sm90nt"), "recipe-run2": ("sm90",), "recipe-run3": ("sm90",)}
 PLOTS: dict[str, Plot] = {
     **{f"h200-units-{run}-{tag}": Plot(
         sources=[f"h200/{run}/units_{tag}.json", f"h200/{run}/rattler-build-{tag}.log", f"h200/{run}/machine.txt"],

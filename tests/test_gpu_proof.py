@@ -50,9 +50,10 @@ def test_repacked_distributions_depend_on_what_their_metadata_requires():
 
 
 RUN2 = RUN1.with_name("recipe-run2")
+RUN3 = RUN1.with_name("recipe-run3")
 
 
-@pytest.mark.parametrize("run", [RUN1, RUN2], ids=lambda p: p.name)
+@pytest.mark.parametrize("run", [RUN1, RUN2, RUN3], ids=lambda p: p.name)
 def test_recipe_run_summary_is_what_the_script_makes_of_the_committed_files(run):
     if not run.is_dir():
         pytest.skip(f"no committed {run.name} results")
@@ -61,10 +62,13 @@ def test_recipe_run_summary_is_what_the_script_makes_of_the_committed_files(run)
     assert json.loads(out) == json.loads((run / "summary.json").read_text())
 
 
-def test_recipe_run2_tested_sm90_package_landed_with_upstream_tests_on_the_h200():
+@pytest.mark.parametrize("run,suites", [(RUN2, "tests/test_ops"), (RUN3, "tests/test_ops tests/test_cnn")],
+                         ids=lambda x: getattr(x, "name", x))
+def test_recipe_run_tested_sm90_package_landed_with_upstream_tests_on_the_h200(run, suites):
     """issue 20: the sm_90 build passed its whole test section on the GPU and landed; its sandbox
-    ran L2 and L4 on the H200 (not skipped) and upstream's tests/test_ops with no failure."""
-    summary = json.loads((RUN2 / "summary.json").read_text())
+    ran L2 and L4 on the H200 (not skipped) and upstream's tests with no failure (recipe-run3:
+    test_cnn too, every one of its files among the passes)."""
+    summary = json.loads((run / "summary.json").read_text())
     sm90 = summary["builds"]["sm90"]
     assert sm90["command_rc"] == 0 and sm90["tests_run"] and sm90["landed_in_channel"]
     assert {k: v["status"] for k, v in sm90["sandbox_ladder"]["levels"].items()} == {
@@ -74,6 +78,10 @@ def test_recipe_run2_tested_sm90_package_landed_with_upstream_tests_on_the_h200(
     (upstream,) = pkg["test_results"]
     assert upstream["kind"] == "upstream-tests" and upstream["failed"] == []
     assert upstream["counts"]["passed"] >= 200 and upstream["counts"]["failed"] == upstream["counts"]["error"] == 0
+    assert upstream.get("path", "tests/test_ops") == suites
+    if "test_cnn" in suites:
+        cnn = {f: c for f, c in upstream["by_file"].items() if f.startswith("tests/test_cnn/")}
+        assert len(cnn) >= 15 and all(c.get("passed") for c in cnn.values())
     l4 = summary["installed_prefix_l4_complete"]["sm90"]["l4_per_op"]
     assert l4["device"] == "cuda" and l4["coverage"]["failed"] == [] and l4["coverage"]["compared"] >= 60
     assert summary["installed_prefix_ladder"]["sm90"]["ok"] is True
