@@ -1,11 +1,12 @@
 """Where CUDA nms spends its time: mmcv 2.2.0's kernels as released and with recipe patch 0008,
 step by step, beside torchvision's nms on the same boxes (issue 24).
+(recipes/mmcv/proposed/: a patch enters recipes/mmcv/patches/ once this has run it on a GPU.)
 
     python benchmarks/nms_anatomy.py --sdist mmcv-2.2.0.tar.gz --json > nms_anatomy.json
 
 Builds two small torch extensions from the sdist's own CUDA sources (pytorch/cuda/nms_cuda.cu
 and common/cuda/nms_cuda_kernel.cuh, unchanged, compiled for this GPU's arch): one from the
-released sources, one after applying recipes/mmcv/patches/0008 to them. Each exposes mmcv's
+released sources, one after applying the patch (--patch) to them. Each exposes mmcv's
 launcher (`nms`, what `mmcv.ops.nms` calls) and its steps alone: the sort, the IoU-mask kernel,
 the keep-gathering kernel and the final masked_select. Then, for each size:
 
@@ -25,6 +26,7 @@ headers builds it too; the nms code itself is the sdist's.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import shutil
@@ -37,7 +39,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PATCH = ROOT / "recipes" / "mmcv" / "patches" / "0008-nms-gather-keep-per-word.patch"
+PATCH = ROOT / "recipes" / "mmcv" / "proposed" / "0008-nms-gather-keep-per-word.patch"
 CSRC = "mmcv/ops/csrc"
 
 SHIM = """#ifndef PYTORCH_CUDA_HELPER
@@ -200,6 +202,37 @@ def check(orig, patched, tvnms, sizes, trials: int) -> list[dict]:
     return rows
 
 
+def time_size(n: int, orig, patched, tvnms, args) -> dict:
+    """One size: every variant and step timed on the same boxes."""
+    import torch
+
+    b, s = boxes_for(n, n)
+    order, sorted_b = orig.sort(b, s)
+    mask = orig.mask(sorted_b, args.iou, 0)
+    keep = patched.gather(mask)
+    inds = orig.nms(b, s, args.iou, 0)
+    calls = {
+        "torchvision_nms": (lambda: tvnms(b, s, args.iou)) if tvnms is not None else None,
+        "released_launcher": lambda: orig.nms(b, s, args.iou, 0),
+        "patched_launcher": lambda: patched.nms(b, s, args.iou, 0),
+        "step_sort": lambda: orig.sort(b, s),
+        "step_mask": lambda: orig.mask(sorted_b, args.iou, 0),
+        "step_gather_released": lambda: orig.gather(mask),
+        "step_gather_patched": lambda: patched.gather(mask),
+        "step_masked_select": lambda: order.masked_select(keep),
+        # what mmcv.ops.nms does after its launcher returns
+        "mmcv_wrapper_extra": lambda: torch.cat((b[inds], s[inds].reshape(-1, 1)), dim=1),
+    }
+    row = {"n": n, "kept": int(inds.numel())}
+    row.update({name: timer(fn, args.repeats, args.target_ms) for name, fn in calls.items() if fn is not None})
+    med = {k: v["median_us"] for k, v in row.items() if isinstance(v, dict)}
+    if tvnms is not None:
+        row["ratio_tv_over_released"] = round(med["torchvision_nms"] / med["released_launcher"], 3)
+        row["ratio_tv_over_patched"] = round(med["torchvision_nms"] / med["patched_launcher"], 3)
+    row["gather_speedup"] = round(med["step_gather_released"] / med["step_gather_patched"], 2)
+    return row
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sdist", type=Path, required=True, help="mmcv-2.2.0.tar.gz (PyPI)")
@@ -233,36 +266,15 @@ def main() -> int:
         checks = check(orig, patched, tvnms, [int(x) for x in args.check_sizes.split(",")], args.trials)
         timings = []
         for n in (int(x) for x in args.sizes.split(",")):
-            b, s = boxes_for(n, n)
-            order, sorted_b = orig.sort(b, s)
-            mask = orig.mask(sorted_b, args.iou, 0)
-            keep = patched.gather(mask)
-            inds = orig.nms(b, s, args.iou, 0)
-            row = {"n": n, "kept": int(inds.numel())}
-            t = lambda fn: timer(fn, args.repeats, args.target_ms)  # noqa: E731
-            if tvnms is not None:
-                row["torchvision_nms"] = t(lambda: tvnms(b, s, args.iou))
-            row["released_launcher"] = t(lambda: orig.nms(b, s, args.iou, 0))
-            row["patched_launcher"] = t(lambda: patched.nms(b, s, args.iou, 0))
-            row["step_sort"] = t(lambda: orig.sort(b, s))
-            row["step_mask"] = t(lambda: orig.mask(sorted_b, args.iou, 0))
-            row["step_gather_released"] = t(lambda: orig.gather(mask))
-            row["step_gather_patched"] = t(lambda: patched.gather(mask))
-            row["step_masked_select"] = t(lambda: order.masked_select(keep))
-            row["mmcv_wrapper_extra"] = t(lambda: torch.cat((b[inds], s[inds].reshape(-1, 1)), dim=1))
-            if tvnms is not None:
-                row["ratio_tv_over_released"] = round(row["torchvision_nms"]["median_us"] / row["released_launcher"]["median_us"], 3)
-                row["ratio_tv_over_patched"] = round(row["torchvision_nms"]["median_us"] / row["patched_launcher"]["median_us"], 3)
-            row["gather_speedup"] = round(row["step_gather_released"]["median_us"] / row["step_gather_patched"]["median_us"], 2)
-            timings.append(row)
-            del mask
-            torch.cuda.empty_cache()
+            timings.append(time_size(n, orig, patched, tvnms, args))
+            torch.cuda.empty_cache()  # the 100k-box mask is 1.25 GB
         doc = {
             "what": "mmcv 2.2.0 CUDA nms, released vs recipe patch 0008, step by step, beside torchvision.ops.nms",
             "device": torch.cuda.get_device_name(), "capability": f"{cap[0]}.{cap[1]}",
             "torch": torch.__version__, "torch_cuda": torch.version.cuda,
             "torchvision": __import__("torchvision").__version__ if tvnms is not None else None,
-            "patch": args.patch.name, "build_s": {"released": orig_s, "patched": patched_s},
+            "patch": args.patch.name, "patch_sha256": hashlib.sha256(args.patch.read_bytes()).hexdigest(),
+            "build_s": {"released": orig_s, "patched": patched_s},
             "iou": args.iou, "timing": "CUDA events; median of repeats, each over `iters` calls (~target_ms)",
             "boxes": "corners uniform in 800 px, sides 8-208 px, scores uniform (bench_ops.py)",
             "timings": timings, "checks": checks,

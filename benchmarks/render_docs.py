@@ -321,6 +321,19 @@ def _ladder_ops():
     return mod
 
 
+def _nms_anatomy(docs) -> tuple[list[str], list[list[object]]]:
+    """mmcv's CUDA nms step by step (released and patched kernels) beside torchvision's."""
+    us = lambda r, k: fmt((r.get(k) or {}).get("median_us"), "{:,.0f}")  # noqa: E731
+    rows = [[f"{r['n']:,}", f"{r['kept']:,}", us(r, "torchvision_nms"), us(r, "released_launcher"),
+             us(r, "patched_launcher"), us(r, "step_sort"), us(r, "step_mask"), us(r, "step_gather_released"),
+             us(r, "step_gather_patched"), us(r, "step_masked_select"), us(r, "mmcv_wrapper_extra"),
+             fmt(r.get("ratio_tv_over_released"), "{:.2f}×"), fmt(r.get("ratio_tv_over_patched"), "{:.2f}×")]
+            for r in docs[0]["timings"]]
+    return ["boxes", "kept", "torchvision µs", "mmcv launcher µs", "patched launcher µs", "sort", "IoU mask",
+            "gather (released)", "gather (patched)", "masked_select", "mmcv.ops.nms extra",
+            "tv / mmcv", "tv / patched"], rows
+
+
 def _l4_vs_upstream(docs) -> tuple[list[str], list[list[object]]]:
     """L4 complete on the H200, per op: what it compared with, and upstream's test of the same op."""
     ops = _ladder_ops()
@@ -399,6 +412,7 @@ TABLES: dict[str, Table] = {
     "h200-recipe2-prefix": Table(sources=["h200/recipe-run2/summary.json"], build=_recipe_prefix),
     "h200-recipe3-builds": Table(sources=["h200/recipe-run3/summary.json"], build=_recipe_builds),
     "h200-recipe3-prefix": Table(sources=["h200/recipe-run3/summary.json"], build=_recipe_prefix),
+    "h200-nms-anatomy": Table(sources=["h200/nms-anatomy-1/nms_anatomy.json"], build=_nms_anatomy),
     "h200-l4-vs-upstream": Table(sources=["h200/recipe-run3/l4complete_sm90.json"], build=_l4_vs_upstream),
     "cpu-ladder": Table(sources=["cpu-dev/ladder.json"], build=_cpu_ladder),
     "cpu-arch-sets": Table(sources=["cpu-dev/arch_sets.json"], build=_arch_sets),

@@ -1,0 +1,77 @@
+"""Issue 24: the proposed nms patch and the H200 measurement of its first version.
+
+The CUDA kernels run only on a GPU (benchmarks/nms_anatomy.py on the lent H200); here: the
+proposed patch applies to the pristine sdist beside the recipe's own patches, it touches every
+launcher of the kernel it changes, the committed measurement says what the docs say, and the
+benchmark refuses bad input with exit 2.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from support.offline import cached_sdist
+
+ROOT = Path(__file__).resolve().parents[1]
+PROPOSED = ROOT / "recipes" / "mmcv" / "proposed"
+RUN1 = ROOT / "benchmarks" / "results" / "h200" / "nms-anatomy-1" / "nms_anatomy.json"
+KERNEL = "mmcv/ops/csrc/common/cuda/nms_cuda_kernel.cuh"
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory) -> Path:
+    dest = tmp_path_factory.mktemp("sdist")
+    with tarfile.open(cached_sdist("mmcv")) as tf:
+        tf.extractall(dest, filter="data")
+    return dest / "mmcv-2.2.0"
+
+
+@pytest.mark.skipif(shutil.which("patch") is None, reason="GNU patch is not installed")
+def test_proposed_patches_apply_after_the_recipes_own_without_fuzz(pristine, tmp_path):
+    work = tmp_path / "src"
+    shutil.copytree(pristine, work)
+    patches = sorted((ROOT / "recipes" / "mmcv" / "patches").glob("0*.patch")) + sorted(PROPOSED.glob("0*.patch"))
+    assert any(p.parent == PROPOSED for p in patches)
+    for p in patches:
+        subprocess.run(["patch", "-p1", "-s", "--fuzz=0", "-i", str(p)], cwd=work, check=True)
+    kernel = (work / KERNEL).read_text()
+    assert "#define GATHER_KEEP_THREADS" in kernel
+    # every launcher of the changed kernel starts it with the thread count the kernel is written for
+    launchers = [f for f in (work / "mmcv/ops/csrc").rglob("*.cu") if "gather_keep_from_mask<<<" in f.read_text()]
+    assert {f.name for f in launchers} == {"nms_cuda.cu", "iou3d_cuda.cu"}
+    for f in launchers:
+        text = f.read_text()
+        assert text.count("gather_keep_from_mask<<<1, GATHER_KEEP_THREADS,") == text.count("gather_keep_from_mask<<<")
+
+
+def test_proposed_patch_is_not_in_the_recipe_until_it_has_run_on_a_gpu():
+    for recipe in ("recipe.yaml", "meta.yaml"):
+        assert "0008-nms" not in (ROOT / "recipes" / "mmcv" / recipe).read_text()
+
+
+def test_h200_measurement_kept_the_same_boxes_and_found_the_gather_step_longest():
+    doc = json.loads(RUN1.read_text())
+    assert doc["device"] == "NVIDIA H200" and doc["all_identical"] is True
+    assert all(c["identical"] == c["trials"] and c["torchvision_symmetric_difference"] == 0 for c in doc["checks"])
+    by_n = {r["n"]: r for r in doc["timings"]}
+    # from 1,000 boxes up the released gather step is the launcher's longest step
+    for n in (1000, 10000):
+        r = by_n[n]
+        steps = {k: v["median_us"] for k, v in r.items() if k.startswith("step_") and k != "step_gather_patched"}
+        assert max(steps, key=steps.get) == "step_gather_released"
+    # the first patch version: faster up to 10k boxes, slower at 100k (why the proposed one differs)
+    assert by_n[1000]["gather_speedup"] > 1 and by_n[10000]["gather_speedup"] > 1 and by_n[100000]["gather_speedup"] < 1
+
+
+def test_bad_sdist_path_is_one_line_and_exit_2(tmp_path):
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "nms_anatomy.py"), "--sdist", str(tmp_path / "no.tar.gz")],
+                         capture_output=True, text=True)
+    assert out.returncode == 2 and out.stdout == ""
+    assert len(out.stderr.strip().splitlines()) == 1 and "--sdist" in out.stderr
