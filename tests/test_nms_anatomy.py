@@ -16,7 +16,6 @@ import tarfile
 from pathlib import Path
 
 import pytest
-
 from support.offline import cached_sdist
 
 ROOT = Path(__file__).resolve().parents[1]
