@@ -360,3 +360,21 @@ def test_single_generation_build_keeps_its_own_arch_list(tmp_path):
     """sm89 is a per-generation row: pytorch's fat list must not replace it."""
     run = _build_sh(tmp_path, MMSTACK_ARCH_TAG="sm89", MMSTACK_ARCH_LIST="8.9", CF_TORCH_CUDA_ARCH_LIST=FAT_12_9)
     assert "TORCH_CUDA_ARCH_LIST=8.9" in run.stdout + run.stderr and "ERROR" not in run.stderr
+
+
+def test_the_compiler_pin_reaches_the_build_requirements_of_both_engines():
+    """issue 21 item 5: conda-forge's gcc 14 (zipped with CUDA in conda_build_config.yaml) is what
+    every row's build environment asks for, in rattler-build's render and in the real
+    conda-build's (the fixture); an override (the CPU e2e build's stand-in gcc) replaces it."""
+    want = {"gcc_linux-64 14.*", "gxx_linux-64 14.*"}
+    rendered = build.render(recipe_dir=MMCV, variant_config=ROOT / "conda_build_config.yaml")
+    assert len(rendered) == 18
+    for v in rendered:
+        assert want <= set(v.recipe.to_dict()["requirements"]["build"]), dict(v.variant)
+    for v in _conda_build_fixture()["variants"]:
+        assert want <= set(v["requirements"]["build"]), v["variant"]
+    overridden = build.render(recipe_dir=MMCV, variant_config=ROOT / "conda_build_config.yaml",
+                              overrides={"c_compiler_version": "12", "cxx_compiler_version": "12"})
+    for v in overridden:
+        build_reqs = set(v.recipe.to_dict()["requirements"]["build"])
+        assert {"gcc_linux-64 12.*", "gxx_linux-64 12.*"} <= build_reqs and not want & build_reqs

@@ -71,3 +71,49 @@ def test_unzipped_cuda_keys_are_bad_input(tmp_path):
     p = _config(tmp_path, BASE.format(cuda="12.9", archs="8.9", tag="sm89").split("zip_keys")[0])
     with pytest.raises(BadInput, match="zip_keys"):
         variants.read_config(p)
+
+
+# -- compiler pins (issue 21 item 5): gcc zipped with CUDA, as conda-forge pins it -------------------
+
+GCC = BASE + """c_compiler_version: ["14", "{gcc}"]
+cxx_compiler_version: ["14", "{gxx}"]
+"""
+
+
+def _gcc_config(tmp_path, *, cuda="12.6", gcc="13", gxx="13", zipped=True):
+    text = GCC.format(cuda=cuda, archs="8.9", tag="sm89", gcc=gcc, gxx=gxx)
+    if zipped:
+        text = text.replace("[cuda_compiler_version, mmcv_arch_list, arch_tag]",
+                            "[cuda_compiler_version, mmcv_arch_list, arch_tag, c_compiler_version, cxx_compiler_version]")
+    return _config(tmp_path, text)
+
+
+def test_repo_matrix_pins_conda_forges_gcc_on_every_row_within_what_its_nvcc_accepts():
+    facts = load()
+    for v in variants.load_matrix(facts, CONFIG):
+        assert v.compiler_version == "14"
+        assert v.variant_keys()["c_compiler_version"] == v.variant_keys()["cxx_compiler_version"] == "14"
+        if v.cuda:
+            assert int(v.compiler_version) <= facts.toolkit(v.cuda).max_gcc
+
+
+def test_a_gcc_newer_than_the_rows_nvcc_accepts_is_refused_naming_the_fact(tmp_path):
+    # CUDA 12.6's nvcc accepts gcc <= 13 (gpus.toml); gcc 14 there is the classic "unsupported GNU version"
+    p = _gcc_config(tmp_path, cuda="12.6", gcc="14", gxx="14")
+    with pytest.raises(CheckFailed, match=r"c_compiler_version 14: CUDA 12\.6's nvcc accepts gcc <= 13"):
+        variants.build_matrix(load(), variants.read_config(p))
+    ok = _gcc_config(tmp_path, cuda="12.6", gcc="13", gxx="13")
+    rows = [variants._variant(load(), c) for c in variants.read_config(ok)]  # a two-row file serves no full matrix
+    assert [(v.cuda, v.compiler_version) for v in rows] == [(None, "14"), ("12.6", "13")]
+
+
+def test_c_and_cxx_compiler_versions_must_agree(tmp_path):
+    p = _gcc_config(tmp_path, cuda="12.9", gcc="14", gxx="13")
+    with pytest.raises(CheckFailed, match="c_compiler_version and cxx_compiler_version must be given together and equal"):
+        variants.build_matrix(load(), variants.read_config(p))
+
+
+def test_a_compiler_pin_not_zipped_with_cuda_is_bad_input(tmp_path):
+    p = _gcc_config(tmp_path, zipped=False)
+    with pytest.raises(BadInput, match="c_compiler_version is not zipped with cuda_compiler_version"):
+        variants.read_config(p)

@@ -17,6 +17,7 @@ from mmstack.facts import arch as archmod
 from mmstack.facts.gpus import Facts
 
 CONFIG_FILE = "conda_build_config.yaml"
+COMPILER_KEYS = ("c_compiler_version", "cxx_compiler_version")
 REQUIRED_KEYS = ("python", "pytorch", "cuda_compiler_version", "mmcv_arch_list", "arch_tag")
 FAT_TAG = "all"
 CPU_TAG = "cpu"
@@ -33,6 +34,9 @@ class Variant:
     # zipped with cuda_compiler_version (conda-forge: 2.17, 2.28 for CUDA 13.0); a job that
     # overrides the CUDA keys must override this one too, or the zip group has unequal lengths
     c_stdlib_version: str | None = None
+    # c_compiler_version = cxx_compiler_version (gcc major), zipped with cuda_compiler_version
+    # as conda-forge zips it; a job overriding the CUDA keys overrides these too
+    compiler_version: str | None = None
 
     @property
     def build_string_prefix(self) -> str:
@@ -78,6 +82,8 @@ class Variant:
         }
         if self.c_stdlib_version is not None:
             keys["c_stdlib_version"] = self.c_stdlib_version
+        if self.compiler_version is not None:
+            keys["c_compiler_version"] = keys["cxx_compiler_version"] = self.compiler_version
         return keys
 
 
@@ -107,6 +113,11 @@ def read_config(path: Path) -> list[dict]:
     if not cuda_keys <= zipped:
         raise BadInput("cuda_compiler_version, mmcv_arch_list and arch_tag must be zipped together",
                        source=f"{path}: zip_keys", fix="add them to one zip_keys group")
+    cuda_group = next(set(g) for g in config.zip_keys or [] if "cuda_compiler_version" in g)
+    for key in COMPILER_KEYS:
+        if key in keys and key not in cuda_group:
+            raise BadInput(f"{key} is not zipped with cuda_compiler_version", source=f"{path}: zip_keys",
+                           fix=f"add {key} to cuda_compiler_version's zip_keys group, one value per row (conda-forge zips them)")
     return [dict(c) for c in combos]
 
 
@@ -148,12 +159,19 @@ def _variant(facts: Facts, c: dict) -> Variant | str:
     raw_list = str(c["mmcv_arch_list"])
     label = f"cuda_compiler_version={cuda or 'None'} mmcv_arch_list={raw_list!r} arch_tag={tag!r}"
     stdlib = str(c["c_stdlib_version"]) if "c_stdlib_version" in c else None
+    gcc = {k: str(c[k]) for k in COMPILER_KEYS if k in c}
+    if len(set(gcc.values())) > 1 or len(gcc) == 1:
+        return f"{label}: c_compiler_version and cxx_compiler_version must be given together and equal (got {gcc})"
+    compiler = next(iter(gcc.values()), None)
+    if compiler is not None and not compiler.isdigit():
+        return f"{label}: c_compiler_version {compiler!r} is not a gcc major version"
     if cuda is None:
         if raw_list.lower() != "none" or tag != CPU_TAG:
             return f"{label}: the CPU variant needs mmcv_arch_list 'none' and arch_tag 'cpu'"
-        return Variant(str(c["python"]), str(c["pytorch"]), None, "none", CPU_TAG, c_stdlib_version=stdlib)
+        return Variant(str(c["python"]), str(c["pytorch"]), None, "none", CPU_TAG, c_stdlib_version=stdlib,
+                       compiler_version=compiler)
     try:
-        facts.toolkit(cuda)
+        toolkit = facts.toolkit(cuda)
         targets = archmod.parse_arch_list(raw_list, where="mmcv_arch_list")
     except BadInput as exc:
         return f"{label}: {exc.message}"
@@ -164,8 +182,11 @@ def _variant(facts: Facts, c: dict) -> Variant | str:
     expected = FAT_TAG if tag == FAT_TAG else arch_tag_for(targets)
     if tag != expected:
         return f"{label}: arch_tag should be {expected!r}"
+    if compiler is not None and int(compiler) > toolkit.max_gcc:
+        return (f"{label}: c_compiler_version {compiler}: CUDA {cuda}'s nvcc accepts gcc <= {toolkit.max_gcc} "
+                "(gpus.toml [[cuda]] max_gcc)")
     return Variant(str(c["python"]), str(c["pytorch"]), cuda, archmod.format_arch_list(targets), tag,
-                   c_stdlib_version=stdlib)
+                   c_stdlib_version=stdlib, compiler_version=compiler)
 
 
 def arch_tag_for(targets) -> str:
@@ -186,7 +207,8 @@ def _with_envs(facts: Facts, v: Variant) -> Variant:
         cc = archmod.parse_arch(gen.compute_capability)
         if archmod.coverage(cc, v.targets).coverage is archmod.Coverage.NATIVE:
             envs.append(gen.env)
-    return Variant(v.python, v.pytorch, v.cuda, v.arch_list, v.arch_tag, tuple(envs), v.c_stdlib_version)
+    return Variant(v.python, v.pytorch, v.cuda, v.arch_list, v.arch_tag, tuple(envs), v.c_stdlib_version,
+                   v.compiler_version)
 
 
 def load_matrix(facts: Facts, path: Path) -> list[Variant]:
