@@ -22,7 +22,10 @@
 #   installptx  as install90, for the PTX build, plus `mmstack arch check` for the prediction
 #   seed      the .conda files of an earlier call ($CARRY/packages, as `--collect` returned them
 #             under $OUT/packages) added to the channel instead of rebuilding them
-#   bench     ops against torchvision, detector it/s against torchvision, a profile of both
+#   bench     ops against torchvision (bench_ops --full), detector it/s against torchvision at
+#             batch 2, 8 and 16, a profile of both
+#   ladderbench  benchmarks/bench_ladder.py in the sm_90 prefix (the ladder against a bare import)
+#   nmsanatomy   benchmarks/nms_anatomy.py: released vs recipes/mmcv/proposed nms kernels
 # Results go to $RES (default /tmp/res); `--start`/`--collect` tar them into $OUT.
 # NOTEST_FALLBACK=1: if the sm_90 sandbox tests fail, rebuild without them (tag sm90nt) so the
 # installed-prefix ladder still runs (on an untested package; its files say sm90nt).
@@ -249,9 +252,26 @@ if want bench && [[ -x "$W/p90/bin/python" ]]; then
   tv=$("$PY" -c 'import torchvision, os; print(os.path.dirname(torchvision.__file__))')
   mkdir -p "$W/tvonly" && ln -sfn "$tv" "$W/tvonly/torchvision"
   benv=(env -u VIRTUAL_ENV "PYTHONPATH=$W/tvonly" "PATH=$W/p90/bin:/usr/local/bin:/usr/bin:/bin")
-  "${benv[@]}" timeout 150 "$W/p90/bin/python" "$ROOT/benchmarks/bench_ops.py" --device cuda --json > "$RES/ops_sm90.json" 2> "$RES/ops_sm90.err"
-  "${benv[@]}" timeout 240 "$W/p90/bin/python" "$ROOT/benchmarks/bench_detector.py" --device cuda --repeats 5 --iters 10 --json > "$RES/detector_sm90.json" 2> "$RES/detector_sm90.err"
+  "${benv[@]}" timeout 240 "$W/p90/bin/python" "$ROOT/benchmarks/bench_ops.py" --device cuda --full --json > "$RES/ops_full_sm90.json" 2> "$RES/ops_full_sm90.err"
+  for bs in 2 8 16; do  # issue 24: batch sizes where the GPU is busy as well as where it is not
+    "${benv[@]}" timeout 240 "$W/p90/bin/python" "$ROOT/benchmarks/bench_detector.py" --device cuda --batch-size "$bs" \
+      --repeats 3 --iters 10 --json > "$RES/detector_bs${bs}_sm90.json" 2> "$RES/detector_bs${bs}_sm90.err"
+  done
   "${benv[@]}" timeout 180 "$W/p90/bin/python" "$ROOT/benchmarks/profile_detector.py" --device cuda --iters 10 > "$RES/profile_sm90.json" 2> "$RES/profile_sm90.err"
   status "bench done"
+fi
+if want ladderbench && [[ -x "$W/p90/bin/python" ]]; then
+  # issue 20 item 3: the ladder's cost against a bare import, in the installed prefix
+  status "ladderbench"
+  env -u PYTHONPATH -u VIRTUAL_ENV "PATH=$W/p90/bin:/usr/local/bin:/usr/bin:/bin" timeout 240 "$W/p90/bin/python" \
+    "$ROOT/benchmarks/bench_ladder.py" --runs 3 --machine H200 --out "$RES/bench_ladder_sm90.json" > "$RES/bench_ladder_sm90.out" 2>&1
+  status "ladderbench rc=$?"
+fi
+if want nmsanatomy; then
+  # issue 24: released vs proposed nms kernels, step by step (benchmarks/nms_anatomy.py)
+  status "nmsanatomy"
+  timeout 400 "$PY" "$ROOT/benchmarks/nms_anatomy.py" --sdist "$CARRY/sdist/mmcv-2.2.0.tar.gz" --json \
+    > "$RES/nms_anatomy.json" 2> "$RES/nms_anatomy.err"
+  status "nmsanatomy rc=$?"
 fi
 status "end"
