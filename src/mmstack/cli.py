@@ -119,12 +119,13 @@ def verify(
     model: str | None = typer.Option(None, "--model", callback=_not_empty, help="L5 also trains mmdet detectors: faster-rcnn, faster-rcnn-mdconv, faster-rcnn-dconv (comma-separated)."),
     nproc: int | None = typer.Option(None, "--nproc", help="L5 also runs the step under torchrun with N ranks (NCCL on N GPUs, else gloo)."),
     l4: str = typer.Option("quick", "--l4", help="L4 mode: quick (5 ops) or complete (every op mmcv.ops exports, each compared with the CPU kernel, torch/torchvision or known values, or listed as run-only)."),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress line (the level running, its time last run) on stderr."),
 ) -> None:
     """The L1..L5 ladder (import, CUDA, ops load, ops run, train) in one child process; a crash costs a fresh one."""
     from mmstack.commands.ladder_cmds import run_verify
 
     raise typer.Exit(run_verify(levels=levels, as_json=json, expect_gpu=expect_gpu, python=python, timeout=timeout,
-                                model=model, nproc=nproc, l4=l4))
+                                model=model, nproc=nproc, l4=l4, quiet=quiet))
 
 
 @app.command()
@@ -224,6 +225,7 @@ def lock(
     channel: list[str] | None = CHANNEL_OPT,
     root: Path = ROOT_OPT,
     yml_only: bool = typer.Option(False, "--yml-only", help="Only (re)write envs/<env>.yml from pixi.toml; no solve."),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress line (the environment being solved, i of n) on stderr."),
     json: bool = JSON,
 ) -> None:
     """Solve every environment with py-rattler; write pixi.lock and envs/*.conda-lock.yml (all or nothing)."""
@@ -231,7 +233,8 @@ def lock(
         return
     from mmstack.envs.lock import run_lock
 
-    raise typer.Exit(run_lock(root=root, envs=env or None, channels=channel or None, yml_only=yml_only, as_json=json))
+    raise typer.Exit(run_lock(root=root, envs=env or None, channels=channel or None, yml_only=yml_only, as_json=json,
+                             quiet=quiet))
 
 
 @lock_app.command("check")
