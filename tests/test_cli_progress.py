@@ -104,3 +104,75 @@ def test_verify_table_mode_puts_progress_on_stderr_only(tmp_path):
     proc = run("verify", "--levels", "L1", env=env)
     assert proc.returncode == 0 and "verify: L1 import (1/1)" in proc.stderr
     assert "verify: L1" not in proc.stdout and "mmcv 2.2.0 from" in proc.stdout
+
+
+# -- mmstack channel index: packages read, for a channel of over 200 -----------------------------------
+
+
+def _channel(dest: Path, n: int) -> Path:
+    pytest.importorskip("rattler", reason="py-rattler (the [build] extra) is not installed")
+    pytest.importorskip("rattler_build", reason="py-rattler-build (the [build] extra) is not installed")
+    from support.fake_channel import Pkg, build_channel
+
+    return build_channel(dest, [Pkg(f"p{i}", "1.0", "", subdir="noarch" if i % 2 else "linux-64") for i in range(n)])
+
+
+def test_channel_index_of_a_large_channel_counts_the_packages_read(tmp_path):
+    from mmstack.commands.build_cmds import LARGE_CHANNEL
+
+    channel = _channel(tmp_path / "ch", LARGE_CHANNEL + 60)
+    shown = run("channel", "index", str(channel), "--json")
+    quiet = run("channel", "index", str(channel), "--json", "--quiet")
+    assert shown.returncode == 0 and quiet.returncode == 0, shown.stderr + quiet.stderr
+    assert shown.stdout == quiet.stdout and json.loads(shown.stdout)["subdirs"] == {"linux-64": 130, "noarch": 130}
+    assert re.search(r"^channel index: reading linux-64 \(1/260 packages\), \d+s$", shown.stderr, re.M), shown.stderr
+    assert quiet.stderr == ""
+
+
+def test_channel_index_of_a_small_channel_shows_no_progress(tmp_path):
+    channel = _channel(tmp_path / "ch", 10)
+    proc = run("channel", "index", str(channel), "--json")
+    assert proc.returncode == 0 and json.loads(proc.stdout)["subdirs"] == {"linux-64": 5, "noarch": 5}
+    assert proc.stderr == ""
+
+
+# -- mmstack arch check --package: megabytes read of a wheel over 100 MB ---------------------------------
+
+
+@pytest.fixture(scope="module")
+def large_wheel(tmp_path_factory) -> Path:
+    """A wheel of 101 MB (stored, so compressed size = size) holding a real shared object (this
+    interpreter's _ctypes, a CPU object: no CUDA code) beside a large data file."""
+    import _ctypes
+    import zipfile
+
+    from mmstack.commands.facts_cmds import LARGE_PACKAGE
+
+    path = tmp_path_factory.mktemp("wheel") / "big-1.0-py3-none-linux_x86_64.whl"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as zf:
+        zf.write(_ctypes.__file__, "big/_ctypes.so")
+        with zf.open("big/weights.bin", "w", force_zip64=True) as out:
+            block = b"\0" * (1 << 20)
+            for _ in range(LARGE_PACKAGE // len(block) + 1):
+                out.write(block)
+        zf.writestr("big-1.0.dist-info/METADATA", "Name: big\nVersion: 1.0\n")
+    return path
+
+
+def test_arch_check_of_a_large_wheel_shows_the_megabytes_read(large_wheel):
+    args = ["arch", "check", "--gpu", "RTX 4090", "--package", str(large_wheel), "--json"]
+    shown, quiet = run(*args), run(*args, "--quiet")
+    assert shown.returncode == quiet.returncode == 1  # a CPU object: never uses the GPU
+    assert shown.stdout == quiet.stdout and json.loads(shown.stdout)["verdict"] == "no-cuda-code"
+    assert "1 shared object(s), none with CUDA code" in json.loads(shown.stdout)["reason"]  # _ctypes.so was read
+    assert re.search(r"^arch check: reading big-1\.0-py3-none-linux_x86_64\.whl \(0/10[01] MB\), \d+s$",
+                     shown.stderr, re.M), shown.stderr
+    assert "arch check:" not in quiet.stderr
+
+
+def test_arch_check_of_a_small_package_shows_no_progress(tmp_path):
+    import _ctypes
+
+    proc = run("arch", "check", "--gpu", "RTX 4090", "--package", _ctypes.__file__, "--json")
+    assert proc.returncode == 1 and json.loads(proc.stdout)["verdict"] == "no-cuda-code"
+    assert "arch check:" not in proc.stderr

@@ -80,13 +80,14 @@ def arch_check(
     package: Path | None = typer.Option(None, "--package", parser=_raw_path, callback=_not_empty, help="A .whl, .conda, .tar.bz2 or .so: read its SASS/PTX instead of --arch-list."),
     glibc: str | None = typer.Option(None, "--glibc", callback=_not_empty, help="With --package: the glibc of the system it is for (default: this machine's); a package needing a newer one fails."),
     cuda: str | None = typer.Option(None, "--cuda", callback=_not_empty, help="CUDA toolkit that builds it, e.g. 12.8 (with --arch-list)."),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress line (megabytes read, for a package over 100 MB) on stderr."),
     json: bool = JSON,
 ) -> None:
     """Will a build (an arch list, or a package's CUDA code) run on GPU? Exit 0 runs (warnings for JIT/lower minor), 1 not."""
     from mmstack.commands.facts_cmds import run_arch_check
 
     raise typer.Exit(run_arch_check(gpu=gpu, cc=cc, arch_list=arch_list, package=package, cuda=cuda, as_json=json,
-                                    glibc=glibc))
+                                    glibc=glibc, quiet=quiet))
 
 
 @app.command()
@@ -188,11 +189,12 @@ app.add_typer(channel_app, name="channel")
 
 @channel_app.command("index")
 def channel_index(path: Path = typer.Argument(..., parser=_raw_path, callback=_not_empty, help="Channel directory (subdirs holding packages)."),
+                  quiet: bool = typer.Option(False, "--quiet", help="No progress line (packages read, for channels of over 200) on stderr."),
                   json: bool = JSON) -> None:
     """(Re)index a local channel atomically."""
     from mmstack.commands.build_cmds import run_channel_index
 
-    raise typer.Exit(run_channel_index(path=path, as_json=json))
+    raise typer.Exit(run_channel_index(path=path, as_json=json, quiet=quiet))
 
 
 ci_app = typer.Typer(no_args_is_help=True, help="CI workflows generated from the variant matrix.")
