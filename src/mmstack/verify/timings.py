@@ -59,7 +59,8 @@ def record(run_key: str, levels: list[tuple[str, str, float]], *, directory: Pat
     """Keep (level, status, seconds) of the levels that passed or skipped; False when it cannot be written."""
     path = (directory or cache_dir()) / FILE
     data = _read(path)
-    entry = data.get(run_key) if isinstance(data.get(run_key), dict) else {}
+    kept = data.get(run_key)
+    entry: dict = kept if isinstance(kept, dict) else {}
     entry.update({lv: round(s, 3) for lv, status, s in levels if status in _KEPT})
     data[run_key] = entry
     tmp = None
