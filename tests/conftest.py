@@ -9,6 +9,19 @@ import sys
 import pytest
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _user_cache(tmp_path_factory):
+    """`mmstack verify` keeps its levels' times in the user's cache (verify/timings.py): the tests' runs,
+    the CLI subprocesses included, keep theirs in a temporary one."""
+    old = os.environ.get("MMSTACK_CACHE_DIR")
+    os.environ["MMSTACK_CACHE_DIR"] = str(tmp_path_factory.mktemp("user-cache"))
+    yield
+    if old is None:
+        os.environ.pop("MMSTACK_CACHE_DIR", None)
+    else:
+        os.environ["MMSTACK_CACHE_DIR"] = old
+
+
 @pytest.fixture(scope="session")
 def real_mmcv_python() -> str:
     """An interpreter whose mmcv has compiled ops.

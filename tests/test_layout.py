@@ -1,6 +1,6 @@
 """The layout is the architecture: one subpackage per stage, and each stage imports only the stages
 to its left (facts -> variants -> build -> envs -> verify; ci reads the matrix and the manifest).
-errors and report are shared by every stage; cli and commands sit on top and nothing imports them.
+errors, report and progress are shared by every stage; cli and commands sit on top and nothing imports them.
 Parsed with ast, so a lazy import inside a function counts as much as one at the top."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 PKG = Path(__file__).resolve().parents[1] / "src" / "mmstack"
-SHARED = {"errors", "report", "data"}
+SHARED = {"errors", "report", "progress", "data"}
 TOP = {"cli", "commands", "__main__", "__init__"}
 ALLOWED = {
     "facts": set(),
@@ -79,7 +79,7 @@ def test_imports_point_left(path):
         if target in TOP:
             bad.append(f"{line}: {mod} (nothing below the CLI imports the CLI)")
         elif me in SHARED:
-            bad.append(f"{line}: {mod} (errors and report import no stage)")
+            bad.append(f"{line}: {mod} (errors, report and progress import no stage)")
         elif target not in ALLOWED[me]:
             bad.append(f"{line}: {mod} ({me} may import only {sorted(ALLOWED[me]) or 'no stage'})")
     assert bad == [], f"{path.relative_to(PKG)} imports against the data flow:\n" + "\n".join(bad)

@@ -80,13 +80,14 @@ def arch_check(
     package: Path | None = typer.Option(None, "--package", parser=_raw_path, callback=_not_empty, help="A .whl, .conda, .tar.bz2 or .so: read its SASS/PTX instead of --arch-list."),
     glibc: str | None = typer.Option(None, "--glibc", callback=_not_empty, help="With --package: the glibc of the system it is for (default: this machine's); a package needing a newer one fails."),
     cuda: str | None = typer.Option(None, "--cuda", callback=_not_empty, help="CUDA toolkit that builds it, e.g. 12.8 (with --arch-list)."),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress line (megabytes read, for a package over 100 MB) on stderr."),
     json: bool = JSON,
 ) -> None:
     """Will a build (an arch list, or a package's CUDA code) run on GPU? Exit 0 runs (warnings for JIT/lower minor), 1 not."""
     from mmstack.commands.facts_cmds import run_arch_check
 
     raise typer.Exit(run_arch_check(gpu=gpu, cc=cc, arch_list=arch_list, package=package, cuda=cuda, as_json=json,
-                                    glibc=glibc))
+                                    glibc=glibc, quiet=quiet))
 
 
 @app.command()
@@ -119,12 +120,13 @@ def verify(
     model: str | None = typer.Option(None, "--model", callback=_not_empty, help="L5 also trains mmdet detectors: faster-rcnn, faster-rcnn-mdconv, faster-rcnn-dconv (comma-separated)."),
     nproc: int | None = typer.Option(None, "--nproc", help="L5 also runs the step under torchrun with N ranks (NCCL on N GPUs, else gloo)."),
     l4: str = typer.Option("quick", "--l4", help="L4 mode: quick (5 ops) or complete (every op mmcv.ops exports, each compared with the CPU kernel, torch/torchvision or known values, or listed as run-only)."),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress line (the level running, its time last run) on stderr."),
 ) -> None:
     """The L1..L5 ladder (import, CUDA, ops load, ops run, train) in one child process; a crash costs a fresh one."""
     from mmstack.commands.ladder_cmds import run_verify
 
     raise typer.Exit(run_verify(levels=levels, as_json=json, expect_gpu=expect_gpu, python=python, timeout=timeout,
-                                model=model, nproc=nproc, l4=l4))
+                                model=model, nproc=nproc, l4=l4, quiet=quiet))
 
 
 @app.command()
@@ -187,11 +189,12 @@ app.add_typer(channel_app, name="channel")
 
 @channel_app.command("index")
 def channel_index(path: Path = typer.Argument(..., parser=_raw_path, callback=_not_empty, help="Channel directory (subdirs holding packages)."),
+                  quiet: bool = typer.Option(False, "--quiet", help="No progress line (packages read, for channels of over 200) on stderr."),
                   json: bool = JSON) -> None:
     """(Re)index a local channel atomically."""
     from mmstack.commands.build_cmds import run_channel_index
 
-    raise typer.Exit(run_channel_index(path=path, as_json=json))
+    raise typer.Exit(run_channel_index(path=path, as_json=json, quiet=quiet))
 
 
 ci_app = typer.Typer(no_args_is_help=True, help="CI workflows generated from the variant matrix.")
@@ -224,6 +227,7 @@ def lock(
     channel: list[str] | None = CHANNEL_OPT,
     root: Path = ROOT_OPT,
     yml_only: bool = typer.Option(False, "--yml-only", help="Only (re)write envs/<env>.yml from pixi.toml; no solve."),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress line (the environment being solved, i of n) on stderr."),
     json: bool = JSON,
 ) -> None:
     """Solve every environment with py-rattler; write pixi.lock and envs/*.conda-lock.yml (all or nothing)."""
@@ -231,7 +235,8 @@ def lock(
         return
     from mmstack.envs.lock import run_lock
 
-    raise typer.Exit(run_lock(root=root, envs=env or None, channels=channel or None, yml_only=yml_only, as_json=json))
+    raise typer.Exit(run_lock(root=root, envs=env or None, channels=channel or None, yml_only=yml_only, as_json=json,
+                             quiet=quiet))
 
 
 @lock_app.command("check")

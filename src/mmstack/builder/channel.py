@@ -15,7 +15,7 @@ import json
 import os
 import re
 import shutil
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 from mmstack.errors import BadInput, BuildFailed, rattler_errors
@@ -23,6 +23,7 @@ from mmstack.errors import BadInput, BuildFailed, rattler_errors
 SUBDIRS = ("linux-64", "noarch")  # what mmstack builds; other subdirs are indexed if present
 LOCK_FILE = ".mmstack.lock"
 _PACKAGE_SUFFIXES = (".conda", ".tar.bz2")
+Progress = Callable[[str, int, int], None]  # (what runs, packages done, packages in all)
 _SUBDIR = re.compile(r"noarch|(linux|osx|win|emscripten|wasi|zos)-[a-z0-9_]+")
 
 
@@ -50,14 +51,17 @@ def ensure_channel(path: str | os.PathLike[str], *, create: bool = False) -> Pat
     return path
 
 
-def index_channel(path: str | os.PathLike[str]) -> Path:
-    """(Re)write repodata.json for every subdir of the channel at `path`, atomically."""
+def index_channel(path: str | os.PathLike[str], *, on_progress: Progress | None = None) -> Path:
+    """(Re)write repodata.json for every subdir of the channel at `path`, atomically.
+
+    `on_progress(label, done, total)`: after each package read ("reading <subdir>", packages read,
+    packages in all), then once before rattler writes the repodata ("writing repodata")."""
     path = Path(path).expanduser().resolve()
     if not path.is_dir():
         raise BadInput(f"{path} is not a directory", source=str(path), fix="create it or pass a channel")
     (path / "noarch").mkdir(exist_ok=True)  # a channel always has noarch/, even if empty
     with _locked(path):
-        _index_locked(path)
+        _index_locked(path, on_progress=on_progress)
     return path
 
 
@@ -165,7 +169,7 @@ def _locked(channel: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def _index_locked(channel: Path, *, replaced: Iterable[str] | None = None) -> None:
+def _index_locked(channel: Path, *, replaced: Iterable[str] | None = None, on_progress: Progress | None = None) -> None:
     """Index a shadow of the channel, then rename its repodata over the live files.
 
     With `replaced` (the file names add_packages just wrote), indexing is incremental: the live
@@ -189,7 +193,9 @@ def _index_locked(channel: Path, *, replaced: Iterable[str] | None = None) -> No
                         to_read.append(pkg)
             if replaced is not None:
                 _seed(sub / "repodata.json", shadow / sub.name / "repodata.json", drop=set(replaced))
-        _require_readable(channel, to_read)
+        _require_readable(channel, to_read, on_progress)
+        if on_progress is not None:
+            on_progress("writing repodata", len(to_read), len(to_read))
         try:
             asyncio.run(index_fs(shadow, write_zst=False, write_shards=False, force=replaced is None))
         except rattler_errors() as exc:  # a package the check above could read but the indexer cannot
@@ -203,17 +209,19 @@ def _index_locked(channel: Path, *, replaced: Iterable[str] | None = None) -> No
         shutil.rmtree(shadow, ignore_errors=True)
 
 
-def _require_readable(channel: Path, packages: list[Path]) -> None:
+def _require_readable(channel: Path, packages: list[Path], on_progress: Progress | None = None) -> None:
     """Every package's index.json reads (rattler's indexer panics on a corrupt archive, naming no
     file); BadInput naming each one that does not, before anything is written."""
     from rattler.package import IndexJson
 
     bad = []
-    for pkg in packages:
+    for i, pkg in enumerate(packages, 1):
         try:
             IndexJson.from_package_archive(pkg)
         except rattler_errors() as exc:
             bad.append(f"{pkg.relative_to(channel)} ({_first_line(exc)})")
+        if on_progress is not None:
+            on_progress(f"reading {pkg.parent.name}", i, len(packages))
     if bad:
         raise BadInput(f"{len(bad)} package(s) cannot be read: {'; '.join(bad[:5])}" + (" ..." if len(bad) > 5 else ""),
                        source=str(channel), fix="remove or rebuild them, then index again; the index was left as it was")

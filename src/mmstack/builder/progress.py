@@ -7,9 +7,10 @@ and pytest's `[ 23%]`). Ninja prints a unit when it finishes (outside a terminal
 live status line), so the units still running are not named in the log: the line shows the last
 unit that finished and how long no unit has finished instead.
 
-Two displays: `LiveDisplay` (rich's progress bar, one line per build, on a terminal) and
-`PlainDisplay` (a plain line at most every `interval` seconds, for CI logs and pipes). Both take
-a clock, so tests replay a recorded log without sleeping.
+A `Snapshot` is shown by the displays every long command shares (mmstack/progress.py):
+`LiveDisplay` (rich's progress bar, one line per build, on a terminal) and `PlainDisplay` (a plain
+line at most every `interval` seconds, for CI logs and pipes). Both take the time from a clock, so
+tests replay a recorded log without sleeping.
 """
 
 from __future__ import annotations
@@ -20,8 +21,19 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-Clock = Callable[[], float]
-PLAIN_INTERVAL_S = 30.0
+from mmstack.progress import (
+    PLAIN_INTERVAL_S,
+    Clock,
+    Display,
+    LiveDisplay,
+    PlainDisplay,
+    display_for_stderr,
+    duration as _duration,
+)
+
+# the displays a build uses are the ones every long command shares
+__all__ = ["PLAIN_INTERVAL_S", "BuildWatch", "LiveDisplay", "LogReader", "PlainDisplay", "Snapshot",
+           "describe_test_command", "for_stderr"]
 
 # ninja's default status `[%f/%t] ` (finished/total) before the command it ran
 _NINJA = re.compile(r"^\[(\d+)/(\d+)\]\s+(.*)$")
@@ -69,6 +81,12 @@ class Snapshot:
             text += f", ETA ~{_duration(self.eta)}"
         detail = self.detail() if self.phase == "compile" else ""
         return f"{text} ({detail})" if detail else text
+
+    def bar(self) -> tuple[int, int | None, str]:
+        """The live display's (units done, units in all, ETA and what runs)."""
+        eta = f"ETA ~{_duration(self.eta)} " if self.eta is not None else ""
+        detail = self.detail() or self.phase
+        return self.done, self.total or None, eta + (f"{self.phase}: {detail}" if detail != self.phase else detail)
 
 
 class LogReader:
@@ -160,63 +178,6 @@ def describe_test_command(command: str) -> str | None:
     return command if len(command) <= 60 else command[:57] + "..."
 
 
-def _duration(seconds: float) -> str:
-    s = round(seconds)
-    return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
-
-
-class PlainDisplay:
-    """A plain line (to `write`) at most every `interval` seconds, when something changed or time passed."""
-
-    def __init__(self, write: Callable[[str], None], *, interval: float = PLAIN_INTERVAL_S):
-        self._write = write
-        self._interval = interval
-        self._last_at: float | None = None
-
-    def start(self, name: str, now: float) -> None:
-        pass
-
-    def update(self, snap: Snapshot, now: float) -> None:
-        if self._last_at is not None and now - self._last_at < self._interval:
-            return
-        self._last_at = now
-        self._write(snap.line())
-
-    def stop(self, snap: Snapshot, now: float) -> None:
-        self._last_at = None  # the next build's first line is not held back by this one's
-
-
-class LiveDisplay:  # pragma: no cover - needs a terminal; PlainDisplay and Snapshot carry the logic
-    """rich's progress bar: one line per build (units done/total, elapsed, ETA, what runs)."""
-
-    def __init__(self, console):
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-        self._progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                  TimeElapsedColumn(), TextColumn("{task.fields[eta]}"),
-                                  TextColumn("{task.fields[detail]}"), console=console, transient=False)
-        self._task = None
-
-    def start(self, name: str, now: float) -> None:
-        self._progress.start()
-        self._task = self._progress.add_task(name, total=None, eta="", detail="starting")
-
-    def update(self, snap: Snapshot, now: float) -> None:
-        if self._task is None:
-            return
-        eta = f"ETA ~{_duration(snap.eta)}" if snap.eta is not None else ""
-        detail = snap.detail() or snap.phase
-        self._progress.update(self._task, completed=snap.done, total=snap.total or None, eta=eta,
-                              detail=f"{snap.phase}: {detail}" if detail != snap.phase else detail)
-
-    def stop(self, snap: Snapshot, now: float) -> None:
-        if self._task is not None:
-            self.update(snap, now)
-            self._progress.update(self._task, detail=f"{snap.phase} done" if snap.phase == "test" else snap.phase)
-        self._progress.stop()
-        self._task = None
-
-
 class BuildWatch:
     """What `run_build` calls: `start(name)`, `log(message)` for every line, `stop()`.
 
@@ -224,7 +185,7 @@ class BuildWatch:
     `run_ticker()` calls it from a daemon thread until `stop`.
     """
 
-    def __init__(self, display: PlainDisplay | LiveDisplay, *, clock: Clock = time.monotonic):
+    def __init__(self, display: Display, *, clock: Clock = time.monotonic):
         self._display = display
         self._clock = clock
         self._reader: LogReader | None = None
@@ -274,5 +235,4 @@ class BuildWatch:
 
 def for_stderr(console, write: Callable[[str], None], *, tty: bool, clock: Clock = time.monotonic) -> BuildWatch:
     """The watch `mmstack build` uses: the live bar on a terminal, else the throttled plain line."""
-    display: PlainDisplay | LiveDisplay = LiveDisplay(console) if tty else PlainDisplay(write)
-    return BuildWatch(display, clock=clock)
+    return BuildWatch(display_for_stderr(console, write, tty=tty), clock=clock)

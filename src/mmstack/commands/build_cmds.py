@@ -19,6 +19,9 @@ from mmstack.builder.recipes import (
     selection_for_env,
 )
 from mmstack.errors import BadInput
+from mmstack.progress import steps_on_stderr
+
+LARGE_CHANNEL = 200  # packages: `mmstack channel index` shows its progress above this
 
 
 def _with_variants(root: Path, recipes: tuple[str, ...]) -> list[str]:
@@ -107,9 +110,21 @@ def parse_variant_overrides(items: list[str]) -> dict[str, str]:
     return overrides
 
 
-def run_channel_index(*, path: Path, as_json: bool) -> int:
-    """(Re)write every subdir's repodata.json atomically; print what each subdir now holds."""
-    channel = index_channel(path)
+def run_channel_index(*, path: Path, as_json: bool, quiet: bool = False) -> int:
+    """(Re)write every subdir's repodata.json atomically; print what each subdir now holds.
+
+    Unless `quiet`, a channel of more than LARGE_CHANNEL packages shows on stderr how many are read."""
+    watch = steps_on_stderr("channel index", quiet=quiet)
+
+    def on_progress(label: str, done: int, total: int) -> None:
+        if watch and total > LARGE_CHANNEL:
+            watch.count(label, done, total, "packages")
+
+    try:
+        channel = index_channel(path, on_progress=on_progress)
+    finally:
+        if watch:
+            watch.close()
     counts = {}
     for repodata in sorted(channel.glob("*/repodata.json")):
         data = jsonlib.loads(repodata.read_text())

@@ -11,7 +11,11 @@ from mmstack import report
 from mmstack.errors import BadInput
 from mmstack.facts import arch as archmod
 from mmstack.facts.gpus import load
+from mmstack.progress import steps_on_stderr
 from mmstack.variants import matrix as variants
+
+_MB = 1 << 20
+LARGE_PACKAGE = 100 * _MB  # compressed members: `arch check --package` shows its progress above this
 
 
 def _gpu_row(facts, gpu) -> dict:
@@ -117,8 +121,26 @@ def with_glibc(a, listings, glibc: str | None):
     return replace(a, notes=(*a.notes, note))
 
 
+def _read_package(package: Path, *, quiet: bool) -> list:
+    """The package's listings; unless `quiet`, stderr shows the megabytes read of one over LARGE_PACKAGE."""
+    from mmstack.facts.fatbin import list_fatbins
+
+    watch = steps_on_stderr("arch check", quiet=quiet)
+
+    def on_read(done: int, total: int) -> None:
+        if watch and total > LARGE_PACKAGE:
+            watch.count(f"reading {package.name}", done // _MB, total // _MB, "MB")
+
+    try:
+        return list_fatbins(package, on_read=on_read)
+    finally:
+        if watch:
+            watch.close()
+
+
 def run_arch_check(*, gpu: str | None, arch_list: str | None, cuda: str | None, as_json: bool,
-                   cc: str | None = None, package: Path | None = None, glibc: str | None = None) -> int:
+                   cc: str | None = None, package: Path | None = None, glibc: str | None = None,
+                   quiet: bool = False) -> int:
     facts = load()
     if glibc is not None and package is None:
         raise BadInput("--glibc goes with --package (an arch list has no binaries to read)", fix="drop --glibc")
@@ -131,9 +153,7 @@ def run_arch_check(*, gpu: str | None, arch_list: str | None, cuda: str | None, 
             raise BadInput("--cuda goes with --arch-list (a package is already built)", fix="drop --cuda")
         if gpu is None and cc is None:
             raise BadInput("name the GPU: --gpu NAME or --cc X.Y", fix="e.g. --gpu 'RTX 4090' or --cc 8.9")
-        from mmstack.facts.fatbin import list_fatbins
-
-        listings = list_fatbins(package)
+        listings = _read_package(package, quiet=quiet)
         a = archmod.assess_package(facts, listings, package=str(package), gpu_name=gpu, cc=cc)
         a = with_glibc(a, listings, glibc or _system_glibc())
     else:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
-from mmstack import report
+from mmstack import progress, report
 from mmstack.errors import BadInput, CheckFailed
-from mmstack.verify.ladder import DEFAULT_TIMEOUT, parse_levels, run_ladder
+from mmstack.verify import timings
+from mmstack.verify.ladder import DEFAULT_TIMEOUT, TITLES, parse_levels, run_ladder
 
 
 def parse_models(text: str | None) -> tuple[str, ...]:
@@ -25,11 +27,29 @@ def parse_models(text: str | None) -> tuple[str, ...]:
 
 def run_verify(*, levels: str | None, as_json: bool, expect_gpu: bool, python: str | None,
                timeout: float = DEFAULT_TIMEOUT, model: str | None = None, nproc: int | None = None,
-               l4: str = "quick") -> int:
-    """Exit 0 when every requested level passes or skips for a stated reason, 1 otherwise."""
+               l4: str = "quick", quiet: bool = False) -> int:
+    """Exit 0 when every requested level passes or skips for a stated reason, 1 otherwise.
+
+    Unless `quiet`, stderr shows the level running (i of n) beside the time it took last run under
+    the same interpreter and options (verify/timings.py); every run records its levels' times there.
+    """
     models = parse_models(model)
-    result = run_ladder(levels=parse_levels(levels), python=python, timeout=timeout, expect_gpu=expect_gpu,
-                        models=models, nproc=nproc, l4=l4)
+    wanted = parse_levels(levels)
+    run_key = timings.key(python=python or sys.executable, levels=wanted, l4=l4, models=models, nproc=nproc)
+    last = timings.expected(run_key)
+    watch = progress.steps_on_stderr("verify", quiet=quiet)
+
+    def on_level(level: str) -> None:
+        if watch:
+            watch.step(f"{level} {TITLES[level]}", wanted.index(level) + 1, len(wanted), expected=last.get(level))
+
+    try:
+        result = run_ladder(levels=wanted, python=python, timeout=timeout, expect_gpu=expect_gpu,
+                            models=models, nproc=nproc, l4=l4, on_level=on_level)
+    finally:
+        if watch:
+            watch.close()
+    timings.record(run_key, [(r.level, r.status, r.seconds) for r in result.levels])
     if as_json:
         report.print_json(result.as_dict())
     else:

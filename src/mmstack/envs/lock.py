@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from mmstack import report
+from mmstack import progress, report
 from mmstack.envs import lockfile, pixi_manifest, policy
 from mmstack.envs.lockfile import LockedEnv
 from mmstack.envs.pixi_manifest import EnvSpec, Manifest, Platform
@@ -184,8 +184,11 @@ def _conda_spec(s) -> str:
 
 def run_lock(*, root: Path = Path("."), envs: list[str] | None = None, channels: list[str] | None = None,
              facts: Facts | None = None, config: Path | None = None, yml_only: bool = False,
-             as_json: bool = False) -> int:
-    """Solve and write pixi.lock + envs/; nothing is written unless every environment solves."""
+             as_json: bool = False, quiet: bool = False) -> int:
+    """Solve and write pixi.lock + envs/; nothing is written unless every environment solves.
+
+    Unless `quiet`, stderr shows which environment is being solved (step i of n): a live bar on a
+    terminal, else a plain line at most every 30 s (mmstack/progress.py)."""
     inputs = _inputs(root, facts, config, channels)
     drift = policy.manifest_problems(inputs.manifest, inputs.facts, inputs.matrix)
     if drift:
@@ -218,13 +221,20 @@ def run_lock(*, root: Path = Path("."), envs: list[str] | None = None, channels:
     from rattler import Gateway
 
     gateway = Gateway()
-    for i, name in enumerate(names, 1):
-        env = inputs.manifest.envs[name]
-        t0 = time.perf_counter()
-        report.info(f"[{i}/{len(names)}] {name}: {len(env.specs)} specs on {env.platforms[0].name} …")
-        plat, records = solve_env(env, inputs.facts, inputs.channels, gateway=gateway)
-        solved[name] = (plat, lock_channels, records)
-        report.info(f"[{i}/{len(names)}] {name}: {len(records)} packages in {time.perf_counter() - t0:.2f}s")
+    watch = progress.steps_on_stderr("lock", quiet=quiet)
+    try:
+        for i, name in enumerate(names, 1):
+            env = inputs.manifest.envs[name]
+            t0 = time.perf_counter()
+            if watch:
+                watch.step(f"solving {name}", i, len(names))
+            plat, records = solve_env(env, inputs.facts, inputs.channels, gateway=gateway)
+            solved[name] = (plat, lock_channels, records)
+            report.info(f"[{i}/{len(names)}] {name}: {len(env.specs)} specs on {plat.name}, {len(records)} packages"
+                        f" in {time.perf_counter() - t0:.2f}s")
+    finally:
+        if watch:
+            watch.close()
 
     # Environments not re-solved keep their locked records and the platform they were solved on.
     all_envs = dict(solved)

@@ -41,7 +41,7 @@ import subprocess
 import tarfile
 import tempfile
 import zipfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, BinaryIO
@@ -257,12 +257,15 @@ def _list_tar_zst(fileobj: IO[bytes], prefix: str) -> list[ObjectListing]:
             return _list_tar(tar, prefix)
 
 
-def _list_zip(path: Path, where: str) -> list[ObjectListing]:
+def _list_zip(path: Path, where: str, on_read: Callable[[int, int], None] | None = None) -> list[ObjectListing]:
     found = []
     with zipfile.ZipFile(path) as zf:
-        for info in zf.infolist():
-            if info.is_dir():
-                continue
+        members = [info for info in zf.infolist() if not info.is_dir()]
+        total, done = sum(info.compress_size for info in members), 0
+        for info in members:
+            if on_read is not None:
+                on_read(done, total)
+            done += info.compress_size
             if re.fullmatch(r"pkg-.*\.tar\.zst", info.filename):  # a .conda package
                 with zf.open(info) as inner:
                     found += _list_tar_zst(inner, where)
@@ -271,13 +274,16 @@ def _list_zip(path: Path, where: str) -> list[ObjectListing]:
                     listing = _list_member(member, f"{where}!{info.filename}")
                 if listing is not None:
                     found.append(listing)
+        if on_read is not None:
+            on_read(total, total)
     return found
 
 
-def list_fatbins(path: str | Path) -> list[ObjectListing]:
+def list_fatbins(path: str | Path, *, on_read: Callable[[int, int], None] | None = None) -> list[ObjectListing]:
     """One listing per ELF object: the file itself, or each shared object inside a package.
 
-    An object without a fatbin (a CPU build) gives a listing with no entries.
+    An object without a fatbin (a CPU build) gives a listing with no entries. `on_read(done, total)`
+    (compressed bytes of a .whl's or .conda's members) before each member and at the end.
     """
     path, where = Path(path), str(path)
     try:
@@ -286,7 +292,7 @@ def list_fatbins(path: str | Path) -> list[ObjectListing]:
             if head == b"\x7fELF":
                 return [_list_elf(stream, where)]
         if zipfile.is_zipfile(path):
-            return _list_zip(path, where)
+            return _list_zip(path, where, on_read)
         if tarfile.is_tarfile(path):
             with tarfile.open(path, mode="r|*") as tar:
                 return _list_tar(tar, where)

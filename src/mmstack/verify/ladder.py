@@ -226,7 +226,11 @@ def _child_once(parts: list[str], *, python: str, timeout: float, opts: dict, en
                         pass
                     proc.wait()
                     break
+        seen = len(records)
         _journal(journal, pos, records)
+        if on_record is not None:  # what the child wrote after the last poll (a fast level, the last one)
+            for rec in records[seen:]:
+                on_record(rec)
         died_at = time.time()
         output = log.read_text(encoding="utf-8", errors="replace")
     info = {"parts": parts, "seconds": round(time.perf_counter() - start, 3), "returncode": proc.returncode,
@@ -707,11 +711,12 @@ def decide_cuda(ev: dict, listing: dict, *, expect_gpu: bool) -> tuple[str, str,
 
 def run_ladder(*, levels=LEVELS, python: str | None = None, timeout: float = DEFAULT_TIMEOUT,
                expect_gpu: bool = False, env: dict | None = None, models: tuple[str, ...] = (),
-               nproc: int | None = None, l4: str = "quick") -> LadderResult:
+               nproc: int | None = None, l4: str = "quick", on_level=None) -> LadderResult:
     """Run the requested levels; a level whose prerequisite (when requested) did not pass is NOT RUN.
 
     `models` (mmdet detectors, train_detector.MODELS) and `nproc` (torchrun ranks) extend L5;
-    `l4` is "quick" (five ops) or "complete" (every op mmcv.ops exports).
+    `l4` is "quick" (five ops) or "complete" (every op mmcv.ops exports). `on_level(level)` is
+    called as the child starts each level (for progress), from this thread.
     """
     if (models or nproc) and "L5" not in levels:
         raise BadInput("--model/--nproc extend L5, which --levels leaves out", source="command line",
@@ -744,8 +749,17 @@ def run_ladder(*, levels=LEVELS, python: str | None = None, timeout: float = DEF
     part_opts: dict[str, dict[str, object]] = {"L4": {"l4": l4}}
     if models:
         part_opts["L5-detector"] = {"module": str(DETECTOR_MODULE), "models": list(models)}
+    started: list[str] = []
+
+    def saw(record: dict) -> None:
+        ladder.saw(record)
+        level = str(record.get("part", "")).split("-")[0]
+        if on_level is not None and "start" in record and level in LEVELS and level not in started:
+            started.append(level)
+            on_level(level)
+
     runs, children = run_parts(parts, python=python, timeout=timeout, env=env,
-                               opts={"needs": needs, "part_opts": part_opts}, on_record=ladder.saw)
+                               opts={"needs": needs, "part_opts": part_opts}, on_record=saw)
 
     def missing(level: str) -> LevelResult:
         why = next((r.skipped for p in PARTS[level] if (r := runs.get(p)) and r.skipped), None)
