@@ -5,7 +5,7 @@
 Reads the files the script wrote (machine.txt, standin.json, build_<tag>.json, build_time_<tag>.json,
 units_<tag>.json, rattler-build-<tag>.log, channel_files.txt, verify_installed_<tag>.json,
 arch_check_ptx.json, ops_sm90.json, detector_sm90.json, profile_sm90.json, ops_full_sm90.json,
-detector_bs*_sm90.json, bench_ladder_sm90.json, nms_anatomy.json) and derives nothing
+detector_bs*_sm90.json, stages_bs*_sm90.json, bench_ladder_sm90.json, nms_anatomy.json) and derives nothing
 that is not in them: build wall/CPU, the compile's parallel limit max(unit CPU-s / cores, longest
 unit) and how far the compile span is from it, .conda sizes, the sandbox test time (from the
 rattler-build log's timestamps: the package's "Artifact:" line to the end of its tests), each
@@ -177,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
         # issue 24 and issue 20 item 3 (stages bench, ladderbench, nmsanatomy)
         "ops_full_vs_torchvision": _json(res / "ops_full_sm90.json"),
         "detector_by_batch_size": {bs: _json(res / f"detector_bs{bs}_sm90.json") for bs in ("2", "8", "16")},
+        "detector_stages_by_batch_size": {bs: _json(res / f"stages_bs{bs}_sm90.json") for bs in ("2", "8", "16")},
         "bench_ladder": _json(res / "bench_ladder_sm90.json"),
         "nms_anatomy": _json(res / "nms_anatomy.json"),
     }

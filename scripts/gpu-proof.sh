@@ -23,7 +23,8 @@
 #   seed      the .conda files of an earlier call ($CARRY/packages, as `--collect` returned them
 #             under $OUT/packages) added to the channel instead of rebuilding them
 #   bench     ops against torchvision (bench_ops --full), detector it/s against torchvision at
-#             batch 2, 8 and 16, a profile of both
+#             batch 2, 8 and 16 with each iteration split into stages (detector_stages.py), a
+#             profile of both
 #   ladderbench  benchmarks/bench_ladder.py in the sm_90 prefix (the ladder against a bare import)
 #   nmsanatomy   benchmarks/nms_anatomy.py: released vs recipes/mmcv/proposed nms kernels
 # Results go to $RES (default /tmp/res); `--start`/`--collect` tar them into $OUT.
@@ -256,6 +257,8 @@ if want bench && [[ -x "$W/p90/bin/python" ]]; then
   for bs in 2 8 16; do  # issue 24: batch sizes where the GPU is busy as well as where it is not
     "${benv[@]}" timeout 240 "$W/p90/bin/python" "$ROOT/benchmarks/bench_detector.py" --device cuda --batch-size "$bs" \
       --repeats 3 --iters 10 --json > "$RES/detector_bs${bs}_sm90.json" 2> "$RES/detector_bs${bs}_sm90.err"
+    "${benv[@]}" timeout 180 "$W/p90/bin/python" "$ROOT/benchmarks/detector_stages.py" --device cuda --batch-size "$bs" \
+      --json > "$RES/stages_bs${bs}_sm90.json" 2> "$RES/stages_bs${bs}_sm90.err"
   done
   "${benv[@]}" timeout 180 "$W/p90/bin/python" "$ROOT/benchmarks/profile_detector.py" --device cuda --iters 10 > "$RES/profile_sm90.json" 2> "$RES/profile_sm90.err"
   status "bench done"
