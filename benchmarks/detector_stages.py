@@ -33,7 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bench_detector as bd  # noqa: E402  (benchmarks/ is not a package)
+import bench_detector as bd
 
 td = bd.td
 
