@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import hashlib
 import json
 import platform
 import sys
@@ -29,11 +28,9 @@ from mmstack.facts.gpus import load
 
 
 def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+    from mmstack.builder.recipe_gate import sha256_file
+
+    return sha256_file(path)
 
 
 def measure(paths: list[Path]) -> dict:

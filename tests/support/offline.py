@@ -7,7 +7,6 @@ still verifies that the local file is byte-for-byte the one the recipe names.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import urllib.request
@@ -104,8 +103,6 @@ def _point_url(recipe: Path, url: str, local_file: Path, version: str) -> None:
 
 
 def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+    from mmstack.builder.recipe_gate import sha256_file
+
+    return sha256_file(path)

@@ -39,7 +39,7 @@ def local_source(url: str, sha256: str | None, *, dirs: Iterable[Path] | None = 
     name = url.rstrip("/").rsplit("/", 1)[-1]
     for folder in dirs:
         path = Path(folder).expanduser() / name
-        if path.is_file() and (sha256 is None or _sha256(path) == sha256):
+        if path.is_file() and (sha256 is None or sha256_file(path) == sha256):
             return path
     return None
 
@@ -89,7 +89,8 @@ def _apply_all(archive: Path, patches: list[Path], recipe_file: Path) -> None:
                                   fix=f"regenerate {patch.name} against the pristine source (recipes/mmcv/patches/README.md)")
 
 
-def _sha256(path: Path) -> str:
+def sha256_file(path: Path) -> str:
+    """A file's sha256, read in 1 MiB blocks (sdists, tag archives, packages): the one place for it."""
     h = hashlib.sha256()
     with open(path, "rb") as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
