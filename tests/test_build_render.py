@@ -180,15 +180,9 @@ FIXTURE = Path(__file__).parent / "data" / "conda_build_render" / "render.json"
 
 
 def _conda_build_fixture() -> dict:
-    import hashlib
-    import json
+    from support.fixtures import load_current
 
-    doc = json.loads(FIXTURE.read_text())
-    for rel, digest in doc["inputs_sha256"].items():
-        now = hashlib.sha256((ROOT / rel).read_bytes()).hexdigest()
-        assert now == digest, (f"{rel} changed since {FIXTURE.relative_to(ROOT)} was made: "
-                               f"regenerate it with `{doc['generated_by']}` (conda-build installed)")
-    return doc
+    return load_current(FIXTURE, how=" (conda-build installed)")
 
 
 def _key(variant: dict) -> tuple:

@@ -9,12 +9,11 @@ changed since it was made.
 from __future__ import annotations
 
 import fnmatch
-import hashlib
-import json
 import re
 from pathlib import Path
 
 import pytest
+from support.fixtures import load_current
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "tests" / "data" / "conda_build_build" / "comparison.json"
@@ -25,12 +24,7 @@ MACHINE_PATH = re.compile(r"/root/|/home/[A-Za-z0-9._-]+/|~/\.cache|/tmp/[A-Za-z
 
 @pytest.fixture(scope="module")
 def doc() -> dict:
-    data = json.loads(FIXTURE.read_text())
-    for rel, digest in data["inputs_sha256"].items():
-        now = hashlib.sha256((ROOT / rel).read_bytes()).hexdigest()
-        assert now == digest, (f"{rel} changed since {FIXTURE.relative_to(ROOT)} was made: regenerate it with "
-                               f"`{data['generated_by']}` (conda-build installed, the e2e channel cached)")
-    return data
+    return load_current(FIXTURE, how=" (conda-build installed, the e2e channel cached)")
 
 
 @pytest.fixture(scope="module")

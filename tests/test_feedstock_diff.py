@@ -11,12 +11,11 @@ deviation tables of docs/conda-forge.md do not name.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 from pathlib import Path
 
 import pytest
+from support.fixtures import load_current
 
 ROOT = Path(__file__).resolve().parents[1]
 FEED = ROOT / "tests" / "data" / "feedstock"
@@ -32,18 +31,10 @@ def _assigned(script: Path) -> set[str]:
     return {a or b for a, b in _EXPORT.findall(code)} - SHELL
 
 
-def _current(path: Path) -> dict:
-    doc = json.loads(path.read_text())
-    for rel, digest in doc["inputs_sha256"].items():
-        assert hashlib.sha256((ROOT / rel).read_bytes()).hexdigest() == digest, \
-            f"{rel} changed since {path.relative_to(ROOT)} was made: regenerate it with `{doc['generated_by']}`"
-    return doc
-
-
 def _pairs() -> list[tuple[dict, dict]]:
-    ours = _current(OURS)["variants"]
+    ours = load_current(OURS)["variants"]
     pairs = []
-    for theirs in _current(FEED / "render.json")["variants"]:
+    for theirs in load_current(FEED / "render.json")["variants"]:
         cuda = theirs["variant"]["cuda_compiler_version"]
         (mine,) = [v for v in ours if v["variant"]["python"] == "3.12" and v["variant"]["cuda_compiler_version"] == cuda
                    and v["variant"]["arch_tag"] == ("cpu" if cuda == "None" else "all")]
