@@ -22,7 +22,7 @@
 #   installptx  as install90, for the PTX build, plus `mmstack arch check` for the prediction
 #   seed      the .conda files of an earlier call ($CARRY/packages, as `--collect` returned them
 #             under $OUT/packages) added to the channel instead of rebuilding them
-#   bench     ops against torchvision (bench_ops --full), detector it/s against torchvision at
+#   bench     (runs last) ops against torchvision (bench_ops --full), detector it/s against torchvision at
 #             batch 2, 8 and 16 with each iteration split into stages (detector_stages.py), a
 #             profile of both
 #   ladderbench  benchmarks/bench_ladder.py in the sm_90 prefix (the ladder against a bare import)
@@ -55,9 +55,12 @@ collect() {  # wait up to $1 s for the detached run, then hand $RES back through
   tar czf "${OUT:-/tmp/out}/res.tgz" -C "$RES" . 2>/dev/null
   # the packages built here come back too (not into the results): a later call carries them as
   # $CARRY/packages and its `seed` stage puts them in the channel instead of rebuilding
-  if [[ -e "$DONE" && -d "$W/channel" ]]; then
+  # (once the builds are over: channel_files.txt is written after the PTX build; the stand-in
+  # packages are not ours and are rebuilt in a minute)
+  if [[ ( -e "$DONE" || -e "$RES/channel_files.txt" ) && -d "$W/channel" ]]; then
     mkdir -p "${OUT:-/tmp/out}/packages"
-    find "$W/channel" -name '*.conda' -exec cp {} "${OUT:-/tmp/out}/packages/" \;
+    find "$W/channel" \( -name 'mmcv-*.conda' -o -name 'mmdet-*.conda' -o -name 'mmstack-*.conda' \) \
+      -exec cp {} "${OUT:-/tmp/out}/packages/" \;
   fi
   cp /tmp/gpu-proof.out "${OUT:-/tmp/out}/gpu-proof.out" 2>/dev/null
   echo "--- status: $(cat "$RES/STATUS" 2>/dev/null) done=$([[ -e $DONE ]] && echo yes || echo no)"
@@ -247,6 +250,20 @@ if want installptx; then
   "${MM[@]}" arch check --gpu H200 --arch-list "9.0" --cuda "$CV" --json > "$RES/arch_check_sm90.json" 2>&1
   verify_prefix ptx "$W/pptx" "mmcv ==2.2.0 cuda*_sm80ptx_*" mmdet mmstack "python $PYV.*"
 fi
+if want ladderbench && [[ -x "$W/p90/bin/python" ]]; then
+  # issue 20 item 3: the ladder's cost against a bare import, in the installed prefix
+  status "ladderbench"
+  env -u PYTHONPATH -u VIRTUAL_ENV "PATH=$W/p90/bin:/usr/local/bin:/usr/bin:/bin" timeout 240 "$W/p90/bin/python" \
+    "$ROOT/benchmarks/bench_ladder.py" --runs 3 --machine H200 --out "$RES/bench_ladder_sm90.json" > "$RES/bench_ladder_sm90.out" 2>&1
+  status "ladderbench rc=$?"
+fi
+if want nmsanatomy; then
+  # issue 24: released vs proposed nms kernels, step by step (benchmarks/nms_anatomy.py)
+  status "nmsanatomy"
+  timeout 400 "$PY" "$ROOT/benchmarks/nms_anatomy.py" --sdist "$CARRY/sdist/mmcv-2.2.0.tar.gz" --json \
+    > "$RES/nms_anatomy.json" 2> "$RES/nms_anatomy.err"
+  status "nmsanatomy rc=$?"
+fi
 if want bench && [[ -x "$W/p90/bin/python" ]]; then
   status "bench"
   # torchvision is not in the prefix: the machine's own, built for the same torch, on a side path
@@ -262,19 +279,5 @@ if want bench && [[ -x "$W/p90/bin/python" ]]; then
   done
   "${benv[@]}" timeout 180 "$W/p90/bin/python" "$ROOT/benchmarks/profile_detector.py" --device cuda --iters 10 > "$RES/profile_sm90.json" 2> "$RES/profile_sm90.err"
   status "bench done"
-fi
-if want ladderbench && [[ -x "$W/p90/bin/python" ]]; then
-  # issue 20 item 3: the ladder's cost against a bare import, in the installed prefix
-  status "ladderbench"
-  env -u PYTHONPATH -u VIRTUAL_ENV "PATH=$W/p90/bin:/usr/local/bin:/usr/bin:/bin" timeout 240 "$W/p90/bin/python" \
-    "$ROOT/benchmarks/bench_ladder.py" --runs 3 --machine H200 --out "$RES/bench_ladder_sm90.json" > "$RES/bench_ladder_sm90.out" 2>&1
-  status "ladderbench rc=$?"
-fi
-if want nmsanatomy; then
-  # issue 24: released vs proposed nms kernels, step by step (benchmarks/nms_anatomy.py)
-  status "nmsanatomy"
-  timeout 400 "$PY" "$ROOT/benchmarks/nms_anatomy.py" --sdist "$CARRY/sdist/mmcv-2.2.0.tar.gz" --json \
-    > "$RES/nms_anatomy.json" 2> "$RES/nms_anatomy.err"
-  status "nmsanatomy rc=$?"
 fi
 status "end"
