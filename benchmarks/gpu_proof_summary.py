@@ -65,6 +65,8 @@ def sandbox_ladder(log: Path) -> dict | None:
         m = re.match(r"\d\d:\d\d:\d\d \[(\w+)\] (.*)", line)
         if not m or m.group(1) != "info":
             break
+        if not body and m.group(2) != "{":
+            continue  # verify's progress lines (stderr, in the same log) come before its JSON
         body.append(m.group(2))
         if m.group(2) == "}":
             try:

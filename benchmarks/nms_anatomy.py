@@ -1,6 +1,6 @@
 """Where CUDA nms spends its time: mmcv 2.2.0's kernels as released and with recipe patch 0008,
 step by step, beside torchvision's nms on the same boxes (issue 24).
-(recipes/mmcv/proposed/: a patch enters recipes/mmcv/patches/ once this has run it on a GPU.)
+(The patch entered the recipe after this ran it on the H200: benchmarks/results/h200/nms-anatomy-2.)
 
     python benchmarks/nms_anatomy.py --sdist mmcv-2.2.0.tar.gz --json > nms_anatomy.json
 
@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PATCH = ROOT / "recipes" / "mmcv" / "proposed" / "0008-nms-gather-keep-per-word.patch"
+PATCH = ROOT / "recipes" / "mmcv" / "patches" / "0008-nms-gather-keep-per-word.patch"
 CSRC = "mmcv/ops/csrc"
 
 SHIM = """#ifndef PYTORCH_CUDA_HELPER

@@ -412,7 +412,10 @@ TABLES: dict[str, Table] = {
     "h200-recipe2-prefix": Table(sources=["h200/recipe-run2/summary.json"], build=_recipe_prefix),
     "h200-recipe3-builds": Table(sources=["h200/recipe-run3/summary.json"], build=_recipe_builds),
     "h200-recipe3-prefix": Table(sources=["h200/recipe-run3/summary.json"], build=_recipe_prefix),
+    "h200-recipe4-builds": Table(sources=["h200/recipe-run4/summary.json"], build=_recipe_builds),
+    "h200-recipe4-prefix": Table(sources=["h200/recipe-run4/summary.json"], build=_recipe_prefix),
     "h200-nms-anatomy": Table(sources=["h200/nms-anatomy-1/nms_anatomy.json"], build=_nms_anatomy),
+    "h200-nms-anatomy-2": Table(sources=["h200/nms-anatomy-2/nms_anatomy.json"], build=_nms_anatomy),
     "h200-l4-vs-upstream": Table(sources=["h200/recipe-run3/l4complete_sm90.json"], build=_l4_vs_upstream),
     "cpu-ladder": Table(sources=["cpu-dev/ladder.json"], build=_cpu_ladder),
     "cpu-arch-sets": Table(sources=["cpu-dev/arch_sets.json"], build=_arch_sets),
@@ -455,7 +458,7 @@ class Plot:
         return self.draw(self.title, *(RESULTS / s for s in self.sources))
 
 
-_BUILDS = {"recipe-run1": ("sm90", "ptx", "sm90nt"), "recipe-run2": ("sm90",), "recipe-run3": ("sm90",)}
+_BUILDS = {"recipe-run1": ("sm90", "ptx", "sm90nt"), "recipe-run2": ("sm90",), "recipe-run3": ("sm90",), "recipe-run4": ("sm90",)}
 PLOTS: dict[str, Plot] = {
     **{f"h200-units-{run}-{tag}": Plot(
         sources=[f"h200/{run}/units_{tag}.json", f"h200/{run}/rattler-build-{tag}.log", f"h200/{run}/machine.txt"],

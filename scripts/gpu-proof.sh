@@ -6,6 +6,14 @@
 #   bash scripts/gpu-proof.sh --start 540     # detached (setsid), then collect for 540 s
 #   bash scripts/gpu-proof.sh --collect 540   # a later call on the same machine: collect again
 #
+# Prefer one call per stage set, in the foreground: a call that only collects must come within
+# the machine's 30 s idle release, and twice a tool delay lost the run (recipe-run3, -run4).
+# Sets that each fit one 600 s call (OUT set: results under $OUT/res, our packages under
+# $OUT/packages, which the next call carries as $CARRY/packages):
+#   STAGES="channel noarch sm90 mmdet install90"          # ~480 s
+#   STAGES="channel seed ptx installptx"                  # ~450 s (seed: the call above's packages)
+#   STAGES="channel seed install90 ladderbench bench"     # ~480 s
+#
 # The machine has no network, so conda-forge is replaced by a STAND-IN channel assembled from
 # the machine's own CPython, torch (+ nvidia-* libraries) and CUDA toolkit and the carried wheels
 # (tests/support/bootstrap_cuda.py; every package says STAND-IN in its metadata). Stages:
@@ -26,7 +34,7 @@
 #             batch 2, 8 and 16 with each iteration split into stages (detector_stages.py), a
 #             profile of both
 #   ladderbench  benchmarks/bench_ladder.py in the sm_90 prefix (the ladder against a bare import)
-#   nmsanatomy   benchmarks/nms_anatomy.py: released vs recipes/mmcv/proposed nms kernels
+#   nmsanatomy   benchmarks/nms_anatomy.py: released vs patched (recipes/mmcv/patches/0008) nms kernels
 # Results go to $RES (default /tmp/res); `--start`/`--collect` tar them into $OUT.
 # NOTEST_FALLBACK=1: if the sm_90 sandbox tests fail, rebuild without them (tag sm90nt) so the
 # installed-prefix ladder still runs (on an untested package; its files say sm90nt).
@@ -42,6 +50,9 @@ set -uo pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CARRY="${CARRY:-$(dirname "$ROOT")}"
+# run in the foreground by a device call (OUT set, no --start/--collect): results go straight
+# under $OUT, so whatever a call that runs out of time leaves there still comes back
+if [[ -n "${OUT:-}" && "${1:-}" != --start && "${1:-}" != --collect ]]; then RES="${RES:-$OUT/res}"; fi
 RES="${RES:-/tmp/res}"
 W="${WORK:-/tmp/gp}"
 PY="${PY:-python3}"
@@ -78,7 +89,13 @@ esac
 mkdir -p "$RES" "$W"
 status() { echo "$(date +%T) $*" | tee -a "$RES/STATUS"; }
 want() { [[ " $STAGES " == *" $1 "* ]]; }
-trap 'touch "$DONE"' EXIT
+keep_packages() {  # ours only: a later call carries them as $CARRY/packages (the `seed` stage)
+  [[ -n "${OUT:-}" && -d "$W/channel" ]] || return 0
+  mkdir -p "$OUT/packages"
+  find "$W/channel" \( -name 'mmcv-*.conda' -o -name 'mmdet-*.conda' -o -name 'mmstack-*.conda' \) \
+    -exec cp {} "$OUT/packages/" \;
+}
+trap 'touch "$DONE"; keep_packages' EXIT
 
 # --- tools: py-rattler(-build) and what mmstack needs, without leaking into the builds ----------
 # (SKIP_PIP=1 where the running python has them already)
@@ -258,7 +275,7 @@ if want ladderbench && [[ -x "$W/p90/bin/python" ]]; then
   status "ladderbench rc=$?"
 fi
 if want nmsanatomy; then
-  # issue 24: released vs proposed nms kernels, step by step (benchmarks/nms_anatomy.py)
+  # issue 24: released vs patched nms kernels, step by step (benchmarks/nms_anatomy.py)
   status "nmsanatomy"
   timeout 400 "$PY" "$ROOT/benchmarks/nms_anatomy.py" --sdist "$CARRY/sdist/mmcv-2.2.0.tar.gz" --json \
     > "$RES/nms_anatomy.json" 2> "$RES/nms_anatomy.err"

@@ -51,9 +51,10 @@ def test_repacked_distributions_depend_on_what_their_metadata_requires():
 
 RUN2 = RUN1.with_name("recipe-run2")
 RUN3 = RUN1.with_name("recipe-run3")
+RUN4 = RUN1.with_name("recipe-run4")
 
 
-@pytest.mark.parametrize("run", [RUN1, RUN2, RUN3], ids=lambda p: p.name)
+@pytest.mark.parametrize("run", [RUN1, RUN2, RUN3, RUN4], ids=lambda p: p.name)
 def test_recipe_run_summary_is_what_the_script_makes_of_the_committed_files(run):
     if not run.is_dir():
         pytest.skip(f"no committed {run.name} results")
@@ -62,7 +63,8 @@ def test_recipe_run_summary_is_what_the_script_makes_of_the_committed_files(run)
     assert json.loads(out) == json.loads((run / "summary.json").read_text())
 
 
-@pytest.mark.parametrize("run,suites", [(RUN2, "tests/test_ops"), (RUN3, "tests/test_ops tests/test_cnn")],
+@pytest.mark.parametrize("run,suites", [(RUN2, "tests/test_ops"), (RUN3, "tests/test_ops tests/test_cnn"),
+                                       (RUN4, "tests/test_ops tests/test_cnn")],
                          ids=lambda x: getattr(x, "name", x))
 def test_recipe_run_tested_sm90_package_landed_with_upstream_tests_on_the_h200(run, suites):
     """issue 20: the sm_90 build passed its whole test section on the GPU and landed; its sandbox

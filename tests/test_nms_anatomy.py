@@ -1,13 +1,14 @@
-"""Issue 24: the proposed nms patch and the H200 measurement of its first version.
+"""Issue 24: recipe patch 0008 (mmcv's CUDA nms keep-gathering kernel) and its H200 measurements.
 
 The CUDA kernels run only on a GPU (benchmarks/nms_anatomy.py on the lent H200); here: the
-proposed patch applies to the pristine sdist beside the recipe's own patches, it touches every
-launcher of the kernel it changes, the committed measurement says what the docs say, and the
-benchmark refuses bad input with exit 2.
+patch applies to the pristine sdist after the recipe's other patches, it touches every launcher
+of the kernel it changes, the recipe carries exactly the file that was measured, the committed
+measurements say what the docs say, and the benchmark refuses bad input with exit 2.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import subprocess
@@ -19,8 +20,10 @@ import pytest
 from support.offline import cached_sdist
 
 ROOT = Path(__file__).resolve().parents[1]
-PROPOSED = ROOT / "recipes" / "mmcv" / "proposed"
+PATCHES = ROOT / "recipes" / "mmcv" / "patches"
+PATCH = PATCHES / "0008-nms-gather-keep-per-word.patch"
 RUN1 = ROOT / "benchmarks" / "results" / "h200" / "nms-anatomy-1" / "nms_anatomy.json"
+RUN2 = RUN1.parents[1] / "nms-anatomy-2" / "nms_anatomy.json"
 KERNEL = "mmcv/ops/csrc/common/cuda/nms_cuda_kernel.cuh"
 
 
@@ -33,11 +36,11 @@ def pristine(tmp_path_factory) -> Path:
 
 
 @pytest.mark.skipif(shutil.which("patch") is None, reason="GNU patch is not installed")
-def test_proposed_patches_apply_after_the_recipes_own_without_fuzz(pristine, tmp_path):
+def test_patch_0008_applies_after_the_recipes_others_without_fuzz(pristine, tmp_path):
     work = tmp_path / "src"
     shutil.copytree(pristine, work)
-    patches = sorted((ROOT / "recipes" / "mmcv" / "patches").glob("0*.patch")) + sorted(PROPOSED.glob("0*.patch"))
-    assert any(p.parent == PROPOSED for p in patches)
+    patches = sorted(PATCHES.glob("0*.patch"))
+    assert patches[-1] == PATCH
     for p in patches:
         subprocess.run(["patch", "-p1", "-s", "--fuzz=0", "-i", str(p)], cwd=work, check=True)
     kernel = (work / KERNEL).read_text()
@@ -50,12 +53,28 @@ def test_proposed_patches_apply_after_the_recipes_own_without_fuzz(pristine, tmp
         assert text.count("gather_keep_from_mask<<<1, GATHER_KEEP_THREADS,") == text.count("gather_keep_from_mask<<<")
 
 
-def test_proposed_patch_is_not_in_the_recipe_until_it_has_run_on_a_gpu():
+def test_the_recipe_applies_the_patch_that_ran_on_the_h200():
+    """0008 entered the recipe after nms-anatomy-2 ran this very file (its sha256) on the GPU."""
     for recipe in ("recipe.yaml", "meta.yaml"):
-        assert "0008-nms" not in (ROOT / "recipes" / "mmcv" / recipe).read_text()
+        assert "- patches/0008-nms-gather-keep-per-word.patch\n" in (ROOT / "recipes" / "mmcv" / recipe).read_text()
+    doc = json.loads(RUN2.read_text())
+    assert doc["patch"] == PATCH.name
+    assert doc["patch_sha256"] == hashlib.sha256(PATCH.read_bytes()).hexdigest()
 
 
-def test_h200_measurement_kept_the_same_boxes_and_found_the_gather_step_longest():
+def test_h200_measurement_of_the_recipes_patch_kept_the_same_boxes_and_is_never_slower():
+    doc = json.loads(RUN2.read_text())
+    assert doc["device"] == "NVIDIA H200" and doc["all_identical"] is True
+    assert len(doc["checks"]) >= 48
+    assert all(c["identical"] == c["trials"] and c["torchvision_symmetric_difference"] == 0 for c in doc["checks"])
+    by_n = {r["n"]: r for r in doc["timings"]}
+    assert sorted(by_n) == [100, 1000, 10000, 100000]
+    for r in by_n.values():  # faster than the released kernel, step and launcher, at every size
+        assert r["gather_speedup"] > 1
+        assert r["patched_launcher"]["median_us"] < r["released_launcher"]["median_us"]
+
+
+def test_first_h200_measurement_kept_the_same_boxes_and_found_the_gather_step_longest():
     doc = json.loads(RUN1.read_text())
     assert doc["device"] == "NVIDIA H200" and doc["all_identical"] is True
     assert all(c["identical"] == c["trials"] and c["torchvision_symmetric_difference"] == 0 for c in doc["checks"])
@@ -65,7 +84,7 @@ def test_h200_measurement_kept_the_same_boxes_and_found_the_gather_step_longest(
         r = by_n[n]
         steps = {k: v["median_us"] for k, v in r.items() if k.startswith("step_") and k != "step_gather_patched"}
         assert max(steps, key=steps.get) == "step_gather_released"
-    # the first patch version: faster up to 10k boxes, slower at 100k (why the proposed one differs)
+    # the first patch version: faster up to 10k boxes, slower at 100k (why the recipe's differs)
     assert by_n[1000]["gather_speedup"] > 1 and by_n[10000]["gather_speedup"] > 1 and by_n[100000]["gather_speedup"] < 1
 
 
