@@ -19,7 +19,8 @@ from mmstack.errors import CheckFailed, MmstackError
 pytest.importorskip("rattler_build", reason="the recipes stage renders with py-rattler-build")
 
 RECIPE = ROOT / "recipes" / "mmcv" / "recipe.yaml"
-LAST_PATCH = "      - patches/0007-longest-compile-units-first.patch\n"
+LAST_PATCH = "      - patches/0008-nms-gather-keep-per-word.patch\n"
+N_PATCHES = len(list((ROOT / "recipes" / "mmcv" / "patches").glob("0*.patch")))
 
 
 def _tree(tmp_path: Path, recipe_text: str | None = None) -> Path:
@@ -49,14 +50,14 @@ def _lines(n: int) -> str:
 def test_the_recipe_as_committed_passes_and_says_what_it_checked(tmp_path, monkeypatch):
     monkeypatch.setenv(recipe_gate.SOURCE_DIRS_ENV, str(cached_sdist("mmcv").parent))
     detail = check_recipes(ROOT)
-    assert "7 patches apply to mmcv-2.2.0.tar.gz" in detail
+    assert f"{N_PATCHES} patches apply to mmcv-2.2.0.tar.gz" in detail
     assert "run and tests of 18 builds match meta.yaml's" in detail
 
 
 def test_without_a_local_sdist_the_detail_says_the_patches_were_not_applied(monkeypatch, tmp_path):
     monkeypatch.setenv(recipe_gate.SOURCE_DIRS_ENV, str(tmp_path))
     detail = check_recipes(ROOT)
-    assert "7 patches exist (not applied: no local copy of mmcv-2.2.0.tar.gz" in detail
+    assert f"{N_PATCHES} patches exist (not applied: no local copy of mmcv-2.2.0.tar.gz" in detail
     assert "patches apply" not in detail
 
 
@@ -79,10 +80,10 @@ def test_no_run_requirements_and_no_tests_fail_strict(tmp_path):
 def test_a_patch_that_does_not_exist_fails_strict(tmp_path):
     text = RECIPE.read_text()
     assert text.count(LAST_PATCH) == 1
-    code, checks = _strict(_tree(tmp_path, text.replace(LAST_PATCH, LAST_PATCH + "      - patches/0008-no-such.patch\n")))
+    code, checks = _strict(_tree(tmp_path, text.replace(LAST_PATCH, LAST_PATCH + "      - patches/0009-no-such.patch\n")))
     assert code == 1
     assert checks["recipes"]["status"] == "FAIL"
-    assert "patch patches/0008-no-such.patch does not exist" in checks["recipes"]["detail"]
+    assert "patch patches/0009-no-such.patch does not exist" in checks["recipes"]["detail"]
 
 
 def test_a_patch_that_does_not_apply_to_the_sdist_fails(tmp_path, monkeypatch):
