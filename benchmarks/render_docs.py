@@ -349,6 +349,20 @@ def _l4_vs_upstream(docs) -> tuple[list[str], list[list[object]]]:
     return ["op", "CUDA-only", "H200 status", "ran on", "compared with", "max error", "upstream test"], rows
 
 
+def _ccache_rebuild(docs) -> tuple[list[str], list[list[object]]]:
+    """ccache_rebuild.py: build.sh cold, warm in a new directory, and with one flag changed."""
+    d = docs[0]
+    cold = next(b for b in d["builds"] if b["build"] == "cold")
+    rows = []
+    for b in d["builds"]:
+        c = b["ccache"]
+        hits = c.get("direct_cache_hit", 0) + c.get("preprocessed_cache_hit", 0)
+        rows.append([b["build"], fmt(b["wall_s"], "{:,.0f} s"), fmt(b["cpu_s"], "{:,.0f} CPU-s"),
+                     fmt(b["wall_s"] / cold["wall_s"], "{:.2f}×"), hits, c.get("cache_miss", 0),
+                     "yes" if b["ext_sha256"] == cold["ext_sha256"] else "no"])
+    return ["build", "wall", "CPU", "wall / cold", "ccache hits", "ccache misses", "_ext same as cold"], rows
+
+
 def _cpu_ladder(docs) -> tuple[list[str], list[list[object]]]:
     """bench_ladder.py: the ladder against a bare `import mmcv.ops` + one op, medians of one run."""
     d = docs[0]
@@ -418,6 +432,7 @@ TABLES: dict[str, Table] = {
     "h200-nms-anatomy-2": Table(sources=["h200/nms-anatomy-2/nms_anatomy.json"], build=_nms_anatomy),
     "h200-l4-vs-upstream": Table(sources=["h200/recipe-run3/l4complete_sm90.json"], build=_l4_vs_upstream),
     "cpu-ladder": Table(sources=["cpu-dev/ladder.json"], build=_cpu_ladder),
+    "cpu-ccache-rebuild": Table(sources=["cpu-dev/ccache_rebuild.json"], build=_ccache_rebuild),
     "cpu-arch-sets": Table(sources=["cpu-dev/arch_sets.json"], build=_arch_sets),
     "cpu-detector": Table(sources=["cpu-dev/detector_cpu.json"], build=_cpu_detector),
 }
