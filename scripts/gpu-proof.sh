@@ -59,6 +59,11 @@ PY="${PY:-python3}"
 STAGES="${STAGES:-channel noarch sm90 mmdet install90 ptx installptx}"  # + bench when time allows
 DONE="$RES/DONE"
 
+copy_ours() {  # copy_ours DEST: our packages in the channel (mmcv, mmdet, mmstack; never the stand-ins)
+  [[ -d "$W/channel" ]] || return 0
+  mkdir -p "$1"
+  find "$W/channel" \( -name 'mmcv-*.conda' -o -name 'mmdet-*.conda' -o -name 'mmstack-*.conda' \) -exec cp {} "$1/" \;
+}
 collect() {  # wait up to $1 s for the detached run, then hand $RES back through $OUT
   local until=$((SECONDS + ${1:-540}))
   while [[ ! -e "$DONE" && $SECONDS -lt $until ]]; do sleep 2; done
@@ -68,11 +73,7 @@ collect() {  # wait up to $1 s for the detached run, then hand $RES back through
   # $CARRY/packages and its `seed` stage puts them in the channel instead of rebuilding
   # (once the builds are over: channel_files.txt is written after the PTX build; the stand-in
   # packages are not ours and are rebuilt in a minute)
-  if [[ ( -e "$DONE" || -e "$RES/channel_files.txt" ) && -d "$W/channel" ]]; then
-    mkdir -p "${OUT:-/tmp/out}/packages"
-    find "$W/channel" \( -name 'mmcv-*.conda' -o -name 'mmdet-*.conda' -o -name 'mmstack-*.conda' \) \
-      -exec cp {} "${OUT:-/tmp/out}/packages/" \;
-  fi
+  if [[ -e "$DONE" || -e "$RES/channel_files.txt" ]]; then copy_ours "${OUT:-/tmp/out}/packages"; fi
   cp /tmp/gpu-proof.out "${OUT:-/tmp/out}/gpu-proof.out" 2>/dev/null
   echo "--- status: $(cat "$RES/STATUS" 2>/dev/null) done=$([[ -e $DONE ]] && echo yes || echo no)"
   tail -40 /tmp/gpu-proof.out 2>/dev/null
@@ -89,13 +90,9 @@ esac
 mkdir -p "$RES" "$W"
 status() { echo "$(date +%T) $*" | tee -a "$RES/STATUS"; }
 want() { [[ " $STAGES " == *" $1 "* ]]; }
-keep_packages() {  # ours only: a later call carries them as $CARRY/packages (the `seed` stage)
-  [[ -n "${OUT:-}" && -d "$W/channel" ]] || return 0
-  mkdir -p "$OUT/packages"
-  find "$W/channel" \( -name 'mmcv-*.conda' -o -name 'mmdet-*.conda' -o -name 'mmstack-*.conda' \) \
-    -exec cp {} "$OUT/packages/" \;
-}
-trap 'touch "$DONE"; keep_packages' EXIT
+# in the foreground, our packages come back under $OUT/packages however the run ends: a later
+# call carries them as $CARRY/packages (the `seed` stage)
+trap 'touch "$DONE"; if [[ -n "${OUT:-}" ]]; then copy_ours "$OUT/packages"; fi' EXIT
 
 # --- tools: py-rattler(-build) and what mmstack needs, without leaking into the builds ----------
 # (SKIP_PIP=1 where the running python has them already)
