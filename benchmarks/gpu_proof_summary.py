@@ -91,12 +91,25 @@ def sandbox_ladder(log: Path) -> dict | None:
             "l4_coverage": ev.get("coverage"), "l4_first_failed_op": first_failed, "l4_ops": ops}
 
 
+def status_rc(res: Path, line: str) -> int | None:
+    """The exit status STATUS gives for a step ("sm90 build rc=0"), the last one if repeated."""
+    text = (res / "STATUS").read_text() if (res / "STATUS").is_file() else ""
+    found = re.findall(rf"^\d\d:\d\d:\d\d {re.escape(line)} rc=(\d+)$", text, re.M)
+    return int(found[-1]) if found else None
+
+
+def _not_returned(rc: int, what: str) -> dict:
+    return {"command_rc": rc, "results_returned": False,
+            "note": f"STATUS says {what} rc={rc}; its result files did not come back from the device"}
+
+
 def build_summary(res: Path, tag: str, cores: int | None, sizes: dict[str, int]) -> dict | None:
     built = _json(res / f"build_{tag}.json")
     timed = _json(res / f"build_time_{tag}.json")
     units = _json(res / f"units_{tag}.json")
     if built is None and timed is None:
-        return None
+        rc = status_rc(res, f"{tag} build")
+        return None if rc is None else _not_returned(rc, f"{tag} build")
     out: dict = {"command_wall_s": timed and timed["wall_s"], "command_cpu_s": timed and timed["cpu_s"],
                  "command_rc": timed and timed["rc"],
                  "command_note": "the whole `mmstack build` (solve, host/build envs, compile, package, sandbox tests)"}
@@ -121,7 +134,7 @@ def build_summary(res: Path, tag: str, cores: int | None, sizes: dict[str, int])
         }
     log = res / f"rattler-build-{tag}.log"
     text = log.read_text(errors="replace") if log.is_file() else ""
-    tests_run = "Testing commands:" in text
+    tests_run = ("Testing commands:" in text) if log.is_file() else None  # None: no log came back
     name = pkgs[0]["name"] if pkgs else "mmcv"
     out["sandbox_test_s"] = sandbox_test_seconds(log, name) if tests_run else None
     out["sandbox_ladder"] = sandbox_ladder(log)
@@ -136,7 +149,8 @@ def build_summary(res: Path, tag: str, cores: int | None, sizes: dict[str, int])
 def ladder_summary(res: Path, tag: str, stem: str = "verify_installed") -> dict | None:
     data = _json(res / f"{stem}_{tag}.json")
     if data is None:
-        return None
+        rc = status_rc(res, f"verify {tag}") if stem == "verify_installed" else None
+        return None if rc is None else _not_returned(rc, f"verify {tag}")
     levels = {}
     for lv in data.get("levels", []):
         levels[lv["level"]] = {"status": lv["status"], "seconds": lv.get("seconds"), "reason": lv.get("reason")}

@@ -284,10 +284,14 @@ def _recipe_builds(docs) -> tuple[list[str], list[list[object]]]:
     for tag, b in d["builds"].items():
         if not b:
             continue
+        if b.get("results_returned") is False:
+            rows.append([_RECIPE_ARCH.get(tag, tag), f"rc {b['command_rc']}", *["-"] * 5,
+                         "results not returned (STATUS line only)", "-", "yes" if b["command_rc"] == 0 else "no"])
+            continue
         comp = b.get("compile") or {}
         lad = b.get("sandbox_ladder") or {}
         levels = lad.get("levels") or {}
-        tests = ("not run (--no-test)" if not b.get("tests_run") else
+        tests = ("log not returned" if b.get("tests_run") is None else "not run (--no-test)" if not b.get("tests_run") else
                  ", ".join(f"{lv} {v['status']}" for lv, v in levels.items())
                  + (f" (first failed op: {lad['l4_first_failed_op']})" if lad.get("l4_first_failed_op") else ""))
         rows.append([_RECIPE_ARCH.get(tag, tag), fmt(b.get("command_wall_s"), "{:.0f} s"),
@@ -305,6 +309,10 @@ def _recipe_prefix(docs) -> tuple[list[str], list[list[object]]]:
     for tag, r in (docs[0].get("installed_prefix_ladder") or {}).items():
         if not r:
             rows.append([_RECIPE_ARCH.get(tag, tag), "not run", "-", "-"])
+            continue
+        if r.get("results_returned") is False:
+            rows.append([_RECIPE_ARCH.get(tag, tag), "PASS" if r["command_rc"] == 0 else "FAIL", "-",
+                         f"results not returned: `mmstack verify` exited {r['command_rc']} (STATUS)"])
             continue
         rows.append([_RECIPE_ARCH.get(tag, tag), "PASS" if r["ok"] else "FAIL", fmt(r.get("seconds"), "{:.1f} s"),
                      "; ".join(f"{lv} {v['status']}: {str(v.get('reason') or '')[:90]}" for lv, v in r["levels"].items())])
@@ -363,7 +371,48 @@ def _ccache_rebuild(docs) -> tuple[list[str], list[list[object]]]:
     return ["build", "wall", "CPU", "wall / cold", "ccache hits", "ccache misses", "_ext same as cold"], rows
 
 
-def _cpu_ladder(docs) -> tuple[list[str], list[list[object]]]:
+def _ops_full(docs) -> tuple[list[str], list[list[object]]]:
+    """bench_ops.py --full on the recipe's package: every op torchvision also has, fp32 and fp16."""
+    rows = []
+    for o in docs[0]["ops"]:
+        tv = o.get("torchvision_us")
+        rows.append([o["op"], o["shape"], o["dtype"], o["pass"], f"{o['mmcv_us']:,.1f}", fmt(tv, "{:,.1f}"),
+                     fmt(o.get("ratio_tv_over_mmcv"), "{:.2f}")])
+    return ["op", "shape", "dtype", "pass", "mmcv µs", "torchvision µs", "torchvision / mmcv"], rows
+
+
+_BATCHES = ("2", "8", "16")
+
+
+def _detector_batches(docs) -> tuple[list[str], list[list[object]]]:
+    """bench_detector.py at batch 2, 8 and 16: mmdet's Faster R-CNN against torchvision's matched one."""
+    rows = []
+    for bs, d in zip(_BATCHES, docs, strict=True):
+        mm, tv = d["results"]["mmdet"], d["results"]["torchvision-matched"]
+        ok = all(r["losses_finite"] and r["loss_last"] < r["loss_first"] for r in (mm, tv))
+        rows.append([bs, f"{mm['iters_per_s']:.2f}", " ".join(f"{x:.1f}" for x in mm["iters_per_s_all"]),
+                     f"{tv['iters_per_s']:.2f}", " ".join(f"{x:.1f}" for x in tv["iters_per_s_all"]),
+                     f"{mm['iters_per_s'] / tv['iters_per_s']:.2f}", f"{mm['iters_per_s'] * int(bs):.1f}",
+                     f"{tv['iters_per_s'] * int(bs):.1f}", f"{mm['max_memory_mib']:,.0f} / {tv['max_memory_mib']:,.0f}",
+                     "both fall" if ok else "check losses"])
+    return ["batch", "mmdet it/s", "per timing", "torchvision it/s", "per timing", "mmdet / torchvision",
+            "mmdet images/s", "torchvision images/s", "peak MiB (mmdet / tv)", "loss"], rows
+
+
+def _detector_stages(docs) -> tuple[list[str], list[list[object]]]:
+    """detector_stages.py: one iteration's GPU time per stage (CUDA events), mmdet and torchvision."""
+    rows = []
+    for bs, d in zip(_BATCHES, docs, strict=True):
+        mm, tv = (d["frameworks"][k]["stages"] for k in ("mmdet", "torchvision"))
+        gap = mm["iteration"]["gpu_ms"] - tv["iteration"]["gpu_ms"]
+        for stage in ("preprocess", "backbone+neck", "rpn", "roi", "update", "other", "iteration"):
+            a, b = mm[stage]["gpu_ms"], tv[stage]["gpu_ms"]
+            rows.append([bs if stage == "preprocess" else "", stage, f"{a:.1f}", f"{b:.1f}", f"{a - b:+.1f}",
+                         f"{(a - b) / gap:+.0%}" if stage != "iteration" else "100%"])
+    return ["batch", "stage", "mmdet ms", "torchvision ms", "mmdet - tv ms", "share of the gap"], rows
+
+
+def _ladder_bench(docs) -> tuple[list[str], list[list[object]]]:
     """bench_ladder.py: the ladder against a bare `import mmcv.ops` + one op, medians of one run."""
     d = docs[0]
     med, ratio = d["median"], d["ratio"]
@@ -428,10 +477,18 @@ TABLES: dict[str, Table] = {
     "h200-recipe3-prefix": Table(sources=["h200/recipe-run3/summary.json"], build=_recipe_prefix),
     "h200-recipe4-builds": Table(sources=["h200/recipe-run4/summary.json"], build=_recipe_builds),
     "h200-recipe4-prefix": Table(sources=["h200/recipe-run4/summary.json"], build=_recipe_prefix),
+    "h200-recipe5-builds": Table(sources=["h200/recipe-run5/summary.json"], build=_recipe_builds),
+    "h200-recipe5-prefix": Table(sources=["h200/recipe-run5/summary.json"], build=_recipe_prefix),
+    "h200-recipe5-ladder": Table(sources=["h200/recipe-run5/bench_ladder_sm90.json"], build=_ladder_bench),
+    "h200-ops-full": Table(sources=["h200/recipe-run5/ops_full_sm90.json"], build=_ops_full),
+    "h200-detector-batches": Table(sources=[f"h200/recipe-run5/detector_bs{bs}_sm90.json" for bs in _BATCHES],
+                                   build=_detector_batches),
+    "h200-detector-stages": Table(sources=[f"h200/recipe-run5/stages_bs{bs}_sm90.json" for bs in _BATCHES],
+                                  build=_detector_stages),
     "h200-nms-anatomy": Table(sources=["h200/nms-anatomy-1/nms_anatomy.json"], build=_nms_anatomy),
     "h200-nms-anatomy-2": Table(sources=["h200/nms-anatomy-2/nms_anatomy.json"], build=_nms_anatomy),
     "h200-l4-vs-upstream": Table(sources=["h200/recipe-run3/l4complete_sm90.json"], build=_l4_vs_upstream),
-    "cpu-ladder": Table(sources=["cpu-dev/ladder.json"], build=_cpu_ladder),
+    "cpu-ladder": Table(sources=["cpu-dev/ladder.json"], build=_ladder_bench),
     "cpu-ccache-rebuild": Table(sources=["cpu-dev/ccache_rebuild.json"], build=_ccache_rebuild),
     "cpu-arch-sets": Table(sources=["cpu-dev/arch_sets.json"], build=_arch_sets),
     "cpu-detector": Table(sources=["cpu-dev/detector_cpu.json"], build=_cpu_detector),
@@ -473,7 +530,8 @@ class Plot:
         return self.draw(self.title, *(RESULTS / s for s in self.sources))
 
 
-_BUILDS = {"recipe-run1": ("sm90", "ptx", "sm90nt"), "recipe-run2": ("sm90",), "recipe-run3": ("sm90",), "recipe-run4": ("sm90",)}
+_BUILDS = {"recipe-run1": ("sm90", "ptx", "sm90nt"), "recipe-run2": ("sm90",), "recipe-run3": ("sm90",), "recipe-run4": ("sm90",),
+           "recipe-run5": ("ptx",)}
 PLOTS: dict[str, Plot] = {
     **{f"h200-units-{run}-{tag}": Plot(
         sources=[f"h200/{run}/units_{tag}.json", f"h200/{run}/rattler-build-{tag}.log", f"h200/{run}/machine.txt"],

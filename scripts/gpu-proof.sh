@@ -8,8 +8,9 @@
 #
 # Prefer one call per stage set, in the foreground: a call that only collects must come within
 # the machine's 30 s idle release, and twice a tool delay lost the run (recipe-run3, -run4).
-# Sets that each fit one 600 s call (OUT set: results under $OUT/res, our packages under
-# $OUT/packages, which the next call carries as $CARRY/packages):
+# Sets that each fit one 600 s call (OUT set: results as one archive $OUT/res.tgz, rewritten at
+# every stage boundary, our packages under $OUT/packages, which the next call carries as
+# $CARRY/packages; a call returns at most 8 files, so loose result files would be lost):
 #   STAGES="channel noarch sm90 mmdet install90"          # ~480 s
 #   STAGES="channel seed ptx installptx"                  # ~450 s (seed: the call above's packages)
 #   STAGES="channel seed install90 ladderbench bench"     # ~480 s
@@ -35,7 +36,8 @@
 #             profile of both
 #   ladderbench  benchmarks/bench_ladder.py in the sm_90 prefix (the ladder against a bare import)
 #   nmsanatomy   benchmarks/nms_anatomy.py: released vs patched (recipes/mmcv/patches/0008) nms kernels
-# Results go to $RES (default /tmp/res); `--start`/`--collect` tar them into $OUT.
+# Results go to $RES (default /tmp/res); in the foreground (OUT set) and with `--start`/`--collect`
+# they come back as one archive, $OUT/res.tgz.
 # NOTEST_FALLBACK=1: if the sm_90 sandbox tests fail, rebuild without them (tag sm90nt) so the
 # installed-prefix ladder still runs (on an untested package; its files say sm90nt).
 # Summary: python benchmarks/gpu_proof_summary.py RESULTS_DIR > RESULTS_DIR/summary.json
@@ -50,9 +52,11 @@ set -uo pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CARRY="${CARRY:-$(dirname "$ROOT")}"
-# run in the foreground by a device call (OUT set, no --start/--collect): results go straight
-# under $OUT, so whatever a call that runs out of time leaves there still comes back
-if [[ -n "${OUT:-}" && "${1:-}" != --start && "${1:-}" != --collect ]]; then RES="${RES:-$OUT/res}"; fi
+# run in the foreground by a device call (OUT set, no --start/--collect): hand_back packs the
+# results into $OUT at every stage boundary, so a call that runs out of time still returns what
+# its finished stages wrote (a call returns at most 8 files: recipe-run5 lost 25 loose ones)
+FOREGROUND=""
+if [[ -n "${OUT:-}" && "${1:-}" != --start && "${1:-}" != --collect ]]; then FOREGROUND=1; fi
 RES="${RES:-/tmp/res}"
 W="${WORK:-/tmp/gp}"
 PY="${PY:-python3}"
@@ -63,6 +67,11 @@ copy_ours() {  # copy_ours DEST: our packages in the channel (mmcv, mmdet, mmsta
   [[ -d "$W/channel" ]] || return 0
   mkdir -p "$1"
   find "$W/channel" \( -name 'mmcv-*.conda' -o -name 'mmdet-*.conda' -o -name 'mmstack-*.conda' \) -exec cp {} "$1/" \;
+}
+hand_back() {  # foreground only: $RES as one $OUT/res.tgz (replaced whole) and our packages
+  [[ -n "$FOREGROUND" ]] || return 0
+  tar czf "$OUT/.res.tgz.part" -C "$RES" . 2>/dev/null && mv -f "$OUT/.res.tgz.part" "$OUT/res.tgz"
+  copy_ours "$OUT/packages"
 }
 collect() {  # wait up to $1 s for the detached run, then hand $RES back through $OUT
   local until=$((SECONDS + ${1:-540}))
@@ -88,11 +97,11 @@ case "${1:-}" in
 esac
 
 mkdir -p "$RES" "$W"
-status() { echo "$(date +%T) $*" | tee -a "$RES/STATUS"; }
+status() { echo "$(date +%T) $*" | tee -a "$RES/STATUS"; hand_back; }
 want() { [[ " $STAGES " == *" $1 "* ]]; }
-# in the foreground, our packages come back under $OUT/packages however the run ends: a later
-# call carries them as $CARRY/packages (the `seed` stage)
-trap 'touch "$DONE"; if [[ -n "${OUT:-}" ]]; then copy_ours "$OUT/packages"; fi' EXIT
+# in the foreground, results and our packages come back however the run ends: a later call
+# carries the packages as $CARRY/packages (the `seed` stage)
+trap 'touch "$DONE"; hand_back' EXIT
 
 # --- tools: py-rattler(-build) and what mmstack needs, without leaking into the builds ----------
 # (SKIP_PIP=1 where the running python has them already)

@@ -52,9 +52,10 @@ def test_repacked_distributions_depend_on_what_their_metadata_requires():
 RUN2 = RUN1.with_name("recipe-run2")
 RUN3 = RUN1.with_name("recipe-run3")
 RUN4 = RUN1.with_name("recipe-run4")
+RUN5 = RUN1.with_name("recipe-run5")
 
 
-@pytest.mark.parametrize("run", [RUN1, RUN2, RUN3, RUN4], ids=lambda p: p.name)
+@pytest.mark.parametrize("run", [RUN1, RUN2, RUN3, RUN4, RUN5], ids=lambda p: p.name)
 def test_recipe_run_summary_is_what_the_script_makes_of_the_committed_files(run):
     if not run.is_dir():
         pytest.skip(f"no committed {run.name} results")
@@ -87,6 +88,47 @@ def test_recipe_run_tested_sm90_package_landed_with_upstream_tests_on_the_h200(r
     l4 = summary["installed_prefix_l4_complete"]["sm90"]["l4_per_op"]
     assert l4["device"] == "cuda" and l4["coverage"]["failed"] == [] and l4["coverage"]["compared"] >= 60
     assert summary["installed_prefix_ladder"]["sm90"]["ok"] is True
+
+
+def test_recipe_run5_tested_ptx_package_landed_and_runs_through_the_jit_on_the_h200():
+    """issue 20: the 8.0+PTX build passed its whole test section on the H200 (through the driver's
+    JIT: L2 says so), with upstream's tests and `fatbin --expect 8.0+PTX`, and landed; installed
+    with py-rattler, `arch check` predicts PTX JIT and L1-L5 pass with both detector models."""
+    summary = json.loads((RUN5 / "summary.json").read_text())
+    ptx = summary["builds"]["ptx"]
+    assert ptx["command_rc"] == 0 and ptx["tests_run"] and ptx["landed_in_channel"] and ptx["tests_failed"] is None
+    sandbox = ptx["sandbox_ladder"]
+    assert "--expect-gpu" in sandbox["command"] and "--l4 complete" in sandbox["command"] and sandbox["l4_device"] == "cuda"
+    assert {k: v["status"] for k, v in sandbox["levels"].items()} == {"L1": "PASS", "L2": "PASS", "L3": "PASS", "L4": "PASS"}
+    assert "PTX JIT only from 8.0" in sandbox["levels"]["L2"]["reason"] and "H200" in sandbox["levels"]["L2"]["reason"]
+    (pkg,) = ptx["packages"]
+    assert pkg["build_string"].startswith("cuda130_sm80ptx_py312_") and pkg["variant"]["mmcv_arch_list"] == "8.0+PTX"
+    (upstream,) = pkg["test_results"]
+    assert upstream["path"] == "tests/test_ops tests/test_cnn" and upstream["failed"] == []
+    assert upstream["counts"]["passed"] >= 200 and upstream["counts"]["failed"] == upstream["counts"]["error"] == 0
+    # recipe patch 0008 (nms) is in this package: upstream's nms and iou3d tests ran its kernel
+    assert upstream["by_file"]["tests/test_ops/test_nms.py"]["passed"] >= 1
+    assert upstream["by_file"]["tests/test_ops/test_iou3d.py"]["passed"] >= 1
+    log = (RUN5 / "rattler-build-ptx.log").read_text()
+    assert "+ mmstack fatbin --expect 8.0+PTX" in log and "all tests passed" in log
+    assert summary["arch_check"]["ptx"]["verdict"] == "ptx-jit" and summary["arch_check"]["ptx"]["ok"]
+    (fat,) = summary["fatbin"]["ptx"]["files"]
+    assert fat["sass"] == ["8.0"] and fat["ptx"] == ["8.0"]
+    installed = summary["installed_prefix_ladder"]["ptx"]
+    assert installed["ok"] and all(lv["status"] == "PASS" for lv in installed["levels"].values())
+    assert set(installed["levels"]) == {"L1", "L2", "L3", "L4", "L5"}
+    l4 = summary["installed_prefix_l4_complete"]["ptx"]["l4_per_op"]
+    assert l4["device"] == "cuda" and l4["coverage"]["failed"] == [] and l4["coverage"]["compared"] >= 60
+
+
+def test_recipe_run5_ladder_costs_little_over_a_bare_import_on_the_h200():
+    """issue 20 item 3 (issue 13's other half): bench_ladder in the installed sm_90 prefix on the
+    H200, goal L1-L4 <= 1.5x a bare `import mmcv.ops` + one op, one interpreter for the ladder."""
+    bench = json.loads((RUN5 / "summary.json").read_text())["bench_ladder"]
+    assert bench["machine"] == "H200" and bench["runs"] >= 3
+    assert all(len(v) == bench["runs"] for v in bench["seconds"].values())
+    assert bench["ratio"]["L1-L4_over_bare"] <= 1.5
+    assert bench["interpreters"]["L1-L4"] == [1] * bench["runs"]
 
 
 @pytest.mark.skipif(not RUN1.is_dir(), reason="no committed recipe-run1 results")
