@@ -9,6 +9,7 @@ boxes, deform_conv on 2x64x128x128 (3x3), and one 3D op (points_in_boxes_part).
 `--full` (issue 24): every mmcv op torchvision also has, at detector sizes, fp32 and fp16 on CUDA,
 forward and forward+backward where training runs both (`_full` lists them). Each row says its
 dtype and pass; a dtype an op does not take is recorded with its error instead of a time.
+`--only roi_align,nms` times only those ops' rows.
 """
 
 from __future__ import annotations
@@ -57,8 +58,8 @@ def _boxes(n, device, seed):
     return boxes.to(device), scores.to(device)
 
 
-def bench(device: str, repeats: int, iters: int, *, full: bool = False) -> list[dict]:
-    """Issue 8's rows; with `full`, issue 24's side-by-side set (see `_full`)."""
+def bench(device: str, repeats: int, iters: int, *, full: bool = False, only: set[str] | None = None) -> list[dict]:
+    """Issue 8's rows; with `full`, issue 24's side-by-side set (see `_full`); `only`: these ops."""
     import torch
     from mmcv import ops
 
@@ -71,6 +72,8 @@ def bench(device: str, repeats: int, iters: int, *, full: bool = False) -> list[
     rows = []
 
     def add(name, shape, mm, tv, *, dtype="float32", passes="forward"):
+        if only and name not in only:
+            return
         row = {"op": name, "shape": shape, "dtype": dtype, "pass": passes}
         try:
             row["mmcv_us"] = run(mm, iters, repeats)
@@ -207,8 +210,10 @@ def main() -> None:
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--full", action="store_true", help="issue 24's set: every op torchvision also has, sizes, fp32/fp16")
+    ap.add_argument("--only", default="", help="comma-separated op names: time only these rows")
     args = ap.parse_args()
-    rows = bench(args.device, args.repeats, args.iters, full=args.full)
+    only = {x for x in args.only.split(",") if x} or None
+    rows = bench(args.device, args.repeats, args.iters, full=args.full, only=only)
     if args.json:
         print(json.dumps({"device": args.device, "repeats": args.repeats, "iters": args.iters,
                           "set": "full" if args.full else "issue 8", "ops": rows}, indent=2))

@@ -14,6 +14,7 @@
 #   STAGES="channel noarch sm90 mmdet install90"          # ~480 s
 #   STAGES="channel seed ptx installptx"                  # ~450 s (seed: the call above's packages)
 #   STAGES="channel seed install90 ladderbench bench"     # ~480 s
+#   STAGES="channel seed install90 patchab"                # ~400 s
 #
 # The machine has no network, so conda-forge is replaced by a STAND-IN channel assembled from
 # the machine's own CPython, torch (+ nvidia-* libraries) and CUDA toolkit and the carried wheels
@@ -36,6 +37,8 @@
 #             profile of both
 #   ladderbench  benchmarks/bench_ladder.py in the sm_90 prefix (the ladder against a bare import)
 #   nmsanatomy   benchmarks/nms_anatomy.py: released vs patched (recipes/mmcv/patches/0008) nms kernels
+#   patchab   benchmarks/patch_ab.py for each recipes/mmcv/proposed/*.patch (Python-level candidates)
+#             against the installed sm_90 mmcv: op times, gradients, upstream tests, detector it/s
 # Results go to $RES (default /tmp/res); in the foreground (OUT set) and with `--start`/`--collect`
 # they come back as one archive, $OUT/res.tgz.
 # NOTEST_FALLBACK=1: if the sm_90 sandbox tests fail, rebuild without them (tag sm90nt) so the
@@ -263,7 +266,8 @@ PTX_PID=""
 if want ptx; then ptx_stage & PTX_PID=$!; fi
 if want install90; then
   status "install90"
-  verify_prefix sm90 "$W/p90" "mmcv ==2.2.0 cuda*_sm90_*" mmdet mmstack "python $PYV.*"
+  # pytest too: benchmarks/patch_ab.py runs upstream's tests in this prefix
+  verify_prefix sm90 "$W/p90" "mmcv ==2.2.0 cuda*_sm90_*" mmdet mmstack pytest "python $PYV.*"
 fi
 if [[ -n "$PTX_PID" ]]; then wait "$PTX_PID"; fi
 find "$CH" -name '*.conda' -printf '%s %p\n' > "$RES/channel_files.txt"
@@ -287,12 +291,28 @@ if want nmsanatomy; then
     > "$RES/nms_anatomy.json" 2> "$RES/nms_anatomy.err"
   status "nmsanatomy rc=$?"
 fi
+# torchvision is not in the prefix: the machine's own, built for the same torch, on a side path
+tvonly() {
+  local tv; tv=$("$PY" -c 'import torchvision, os; print(os.path.dirname(torchvision.__file__))')
+  mkdir -p "$W/tvonly" && ln -sfn "$tv" "$W/tvonly/torchvision"
+}
+benv=(env -u VIRTUAL_ENV "PYTHONPATH=$W/tvonly" "PATH=$W/p90/bin:/usr/local/bin:/usr/bin:/bin")
+if want patchab && [[ -x "$W/p90/bin/python" ]]; then
+  # issue 24: each Python-level candidate (recipes/mmcv/proposed/) against the installed sm_90 mmcv,
+  # with the arguments its header names (benchmarks/patch_ab.py)
+  status "patchab"
+  tvonly
+  for p in "$ROOT"/recipes/mmcv/proposed/*.patch; do
+    [[ -e "$p" ]] || continue
+    n=$(basename "$p" .patch)
+    "${benv[@]}" timeout 420 "$W/p90/bin/python" "$ROOT/benchmarks/patch_ab.py" --patch "$p" --device cuda \
+      --upstream "$CARRY/sdist/mmcv-2.2.0.github.tar.gz" --json > "$RES/patchab_$n.json" 2> "$RES/patchab_$n.err"
+    status "patchab $n rc=$?"
+  done
+fi
 if want bench && [[ -x "$W/p90/bin/python" ]]; then
   status "bench"
-  # torchvision is not in the prefix: the machine's own, built for the same torch, on a side path
-  tv=$("$PY" -c 'import torchvision, os; print(os.path.dirname(torchvision.__file__))')
-  mkdir -p "$W/tvonly" && ln -sfn "$tv" "$W/tvonly/torchvision"
-  benv=(env -u VIRTUAL_ENV "PYTHONPATH=$W/tvonly" "PATH=$W/p90/bin:/usr/local/bin:/usr/bin:/bin")
+  tvonly
   "${benv[@]}" timeout 240 "$W/p90/bin/python" "$ROOT/benchmarks/bench_ops.py" --device cuda --full --json > "$RES/ops_full_sm90.json" 2> "$RES/ops_full_sm90.err"
   for bs in 2 8 16; do  # issue 24: batch sizes where the GPU is busy as well as where it is not
     "${benv[@]}" timeout 240 "$W/p90/bin/python" "$ROOT/benchmarks/bench_detector.py" --device cuda --batch-size "$bs" \
@@ -301,6 +321,9 @@ if want bench && [[ -x "$W/p90/bin/python" ]]; then
       --json > "$RES/stages_bs${bs}_sm90.json" 2> "$RES/stages_bs${bs}_sm90.err"
   done
   "${benv[@]}" timeout 180 "$W/p90/bin/python" "$ROOT/benchmarks/profile_detector.py" --device cuda --iters 10 > "$RES/profile_sm90.json" 2> "$RES/profile_sm90.err"
+  # kernel shares where the GPU is busy too (issue 24 item 2)
+  "${benv[@]}" timeout 180 "$W/p90/bin/python" "$ROOT/benchmarks/profile_detector.py" --device cuda --iters 5 --batch-size 8 \
+    > "$RES/profile_bs8_sm90.json" 2> "$RES/profile_bs8_sm90.err"
   status "bench done"
 fi
 status "end"

@@ -1,0 +1,230 @@
+"""A Python-level patch to mmcv, A/B against the installed mmcv it would change (issue 24).
+
+    python benchmarks/patch_ab.py --patch recipes/mmcv/proposed/0009-roi-align-half-backward-in-float.patch \
+        --ops roi_align --tests tests/test_ops/test_roi_align.py --upstream mmcv-2.2.0.github.tar.gz \
+        --device cuda --json > patch_ab.json
+
+For a patch that touches only mmcv's Python files (a CUDA-source patch needs a rebuild: see
+nms_anatomy.py). The installed package (`import mmcv` in this interpreter) is copied into an
+overlay folder and the patch applied there with `patch -p1`; every measurement then runs in a
+child process twice, released (the installed mmcv) and patched (the overlay first on
+PYTHONPATH), alternating sides so drift hits both:
+
+- times: `bench_ops.py --full --only OPS` on each side, `--rounds` times, medians per row, and
+  the patched / released ratio per row (below 1: the patch is faster);
+- gradients: for roi_align, the input gradient of each dtype against the same computation in
+  float64 (max and mean absolute error), so a patch that changes how gradients accumulate shows
+  what it does to accuracy;
+- upstream: the named files of upstream's test suite (from the tag archive) through
+  `python -m mmstack.verify.upstream_tests`, as the recipe runs them, with the counts per side; a
+  patch that fails a test the released package passes is not a candidate.
+
+- detector (`--detector 2,8`): bench_detector.py on each side at those batch sizes.
+
+A candidate's header may carry its own arguments on a line `patch_ab: --ops roi_align --tests ...`
+(the command line wins). The patch enters the recipe (recipes/mmcv/patches/) only after this has
+run on a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+GRADS = r"""
+import json, sys, torch
+from mmcv import ops
+device, dtypes = sys.argv[1], sys.argv[2].split(",")
+torch.manual_seed(0)
+side = 200 if device == "cuda" else 50
+out = []
+for n_rois, size in ((1000, 7), (100, 14)):
+    feats = torch.randn(2, 256, side, side, device=device, dtype=torch.float64)
+    xy = torch.rand(n_rois, 2, device=device, dtype=torch.float64) * side * 0.75
+    wh = torch.rand(n_rois, 2, device=device, dtype=torch.float64) * side * 0.25 + 1
+    bidx = torch.randint(0, 2, (n_rois, 1), device=device).to(torch.float64)
+    rois = torch.cat([bidx, xy, xy + wh], 1)
+    grad_out = torch.randn(n_rois, 256, size, size, device=device, dtype=torch.float64)
+    def grad(dtype):
+        f = feats.detach().to(dtype).clone().requires_grad_(True)
+        ops.roi_align(f, rois.to(dtype), (size, size), 1.0, 2, "avg", True).backward(grad_out.to(dtype))
+        return f.grad.to(torch.float64)
+    ref = grad(torch.float64)
+    for name in dtypes:
+        err = (grad(getattr(torch, name)) - ref).abs()
+        out.append({"op": "roi_align", "shape": f"2x256x{side}x{side}, {n_rois} rois, {size}x{size}", "dtype": name,
+                    "grad_max_abs_err": err.max().item(), "grad_mean_abs_err": err.mean().item(),
+                    "ref_max_abs": ref.abs().max().item()})
+print(json.dumps(out))
+"""
+
+
+def overlay(patch: Path, dest: Path, python: str) -> Path:
+    """The installed mmcv package copied under dest/ with the patch applied; returns dest."""
+    src = Path(subprocess.run([python, "-c", "import mmcv, os; print(os.path.dirname(mmcv.__file__))"],
+                              capture_output=True, text=True, check=True).stdout.strip())
+    shutil.copytree(src, dest / "mmcv", symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
+    done = subprocess.run(["patch", "-p1", "--forward", "--batch", "-d", str(dest), "-i", str(patch.resolve())],
+                          capture_output=True, text=True)
+    if done.returncode:
+        raise SystemExit(f"{patch}: does not apply to the installed mmcv ({src}): {done.stdout.strip()} {done.stderr.strip()}")
+    return dest
+
+
+def _env(side: str, over: Path) -> dict:
+    env = dict(os.environ)
+    if side == "patched":
+        env["PYTHONPATH"] = os.pathsep.join([str(over), *filter(None, [env.get("PYTHONPATH")])])
+    return env
+
+
+def _child(cmd: list[str], side: str, over: Path, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, capture_output=True, text=True, env=_env(side, over), **kw)
+
+
+def times(python: str, over: Path, device: str, ops: str, rounds: int, repeats: int, iters: int) -> list[dict]:
+    runs: dict[str, list[list[dict]]] = {"released": [], "patched": []}
+    for _ in range(rounds):
+        for side in ("released", "patched"):
+            done = _child([python, str(HERE / "bench_ops.py"), "--device", device, "--full", "--only", ops, "--json",
+                           "--repeats", str(repeats), "--iters", str(iters)], side, over, check=True)
+            runs[side].append(json.loads(done.stdout)["ops"])
+    rows = []
+    for i, row in enumerate(runs["released"][0]):
+        key = {k: row[k] for k in ("op", "shape", "dtype", "pass")}
+        rel = [r[i].get("mmcv_us") for r in runs["released"]]
+        pat = [r[i].get("mmcv_us") for r in runs["patched"]]
+        tv = [r[i].get("torchvision_us") for r in runs["released"] + runs["patched"] if r[i].get("torchvision_us")]
+        out = dict(key, released_us=[round(x, 1) for x in rel], patched_us=[round(x, 1) for x in pat])
+        out["released_median_us"], out["patched_median_us"] = statistics.median(rel), statistics.median(pat)
+        out["patched_over_released"] = round(out["patched_median_us"] / out["released_median_us"], 3)
+        if tv:
+            out["torchvision_median_us"] = statistics.median(tv)
+            out["torchvision_over_patched"] = round(out["torchvision_median_us"] / out["patched_median_us"], 3)
+        rows.append(out)
+    return rows
+
+
+def grads(python: str, over: Path, device: str) -> dict:
+    dtypes = "float16,float32" if device == "cuda" else "float32"
+    return {side: json.loads(_child([python, "-c", GRADS, device, dtypes], side, over, check=True).stdout)
+            for side in ("released", "patched")}
+
+
+def upstream(python: str, over: Path, archive: Path, tests: list[str], work: Path) -> dict:
+    """Upstream's test files on each side, through mmstack.verify.upstream_tests (as the recipe runs them)."""
+    with tarfile.open(archive) as tar:
+        top = tar.getnames()[0].split("/")[0]
+        members = [m for m in tar.getmembers() if m.name.startswith(f"{top}/tests/")]
+        tar.extractall(work, members=members, filter="data")
+    root = work / top
+    out = {}
+    for side in ("released", "patched"):
+        report = work / f"upstream-{side}.json"
+        done = _child([python, "-m", "mmstack.verify.upstream_tests", *tests, "--json", str(report)], side, over, cwd=root)
+        doc = json.loads(report.read_text()) if report.is_file() else {}
+        out[side] = {"exit": done.returncode, "counts": doc.get("counts"), "failed": doc.get("failed"),
+                     "skip_reasons": doc.get("skip_reasons"), "error": None if doc else done.stderr.strip()[-400:]}
+    return out
+
+
+def detector(python: str, over: Path, device: str, batches: list[int], repeats: int) -> list[dict]:
+    """bench_detector.py on each side at each batch size: mmdet's it/s released and patched."""
+    rows = []
+    for bs in batches:
+        row: dict = {"batch_size": bs}
+        for side in ("released", "patched"):
+            done = _child([python, str(HERE / "bench_detector.py"), "--device", device, "--batch-size", str(bs),
+                           "--repeats", str(repeats), "--json"], side, over)
+            try:
+                res = json.loads(done.stdout)["results"]
+            except (ValueError, KeyError):
+                row[side] = {"error": done.stderr.strip()[-400:]}
+                continue
+            row[side] = {name: {k: r.get(k) for k in ("iters_per_s", "iters_per_s_all", "loss_first", "loss_last",
+                                                        "losses_finite", "skipped") if k in r}
+                         for name, r in res.items()}
+        mm = [row.get(side, {}).get("mmdet", {}).get("iters_per_s") for side in ("released", "patched")]
+        if all(mm):
+            row["mmdet_patched_over_released"] = round(mm[1] / mm[0], 3)
+        rows.append(row)
+    return rows
+
+
+def header_args(patch: Path) -> list[str]:
+    """A candidate names its own A/B in its header: a line `patch_ab: --ops ... --tests ...`."""
+    import shlex
+
+    for line in patch.read_text().splitlines():
+        if line.startswith(("--- ", "diff ")):
+            break
+        if line.startswith("patch_ab:"):
+            return shlex.split(line.removeprefix("patch_ab:"))
+    return []
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--patch", type=Path, required=True)
+    ap.add_argument("--ops", default="roi_align", help="bench_ops.py --only for the timings")
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--upstream", type=Path, help="mmcv's GitHub tag archive (upstream's tests/)")
+    ap.add_argument("--tests", nargs="*", default=[], help="upstream test files, e.g. tests/test_ops/test_roi_align.py")
+    ap.add_argument("--detector", default="", help="batch sizes for bench_detector.py on each side, e.g. 2,8")
+    ap.add_argument("--detector-repeats", type=int, default=3)
+    ap.add_argument("--json", action="store_true")
+    argv = sys.argv[1:] if argv is None else argv
+    args = ap.parse_args(argv)
+    if not args.patch.is_file():
+        print(f"{args.patch}: no such patch file; --patch names a recipes/mmcv/proposed/*.patch", file=sys.stderr)
+        return 2
+    # the patch header's `patch_ab:` line gives defaults; the command line wins
+    args = ap.parse_args(header_args(args.patch) + argv)
+    python = sys.executable
+    with tempfile.TemporaryDirectory(prefix="patch-ab-") as tmp:
+        over = overlay(args.patch, Path(tmp) / "overlay", python)
+        import hashlib
+
+        result = {"what": "released (installed) mmcv against the same with a Python-level patch applied",
+                  "patch": args.patch.name, "patch_sha256": hashlib.sha256(args.patch.read_bytes()).hexdigest(),
+                  "device": args.device, "rounds": args.rounds, "repeats": args.repeats, "iters": args.iters}
+        probe = "import torch, mmcv; print(torch.__version__, mmcv.__version__, torch.cuda.get_device_name() if torch.cuda.is_available() else '-')"
+        result["versions"] = subprocess.run([python, "-c", probe], capture_output=True, text=True, check=True).stdout.split()
+        result["times"] = times(python, over, args.device, args.ops, args.rounds, args.repeats, args.iters)
+        if "roi_align" in args.ops.split(","):
+            result["grads"] = grads(python, over, args.device)
+        if args.upstream and args.tests:
+            result["upstream"] = upstream(python, over, args.upstream, args.tests, Path(tmp) / "upstream")
+        if args.detector:
+            result["detector"] = detector(python, over, args.device, [int(b) for b in args.detector.split(",")],
+                                          args.detector_repeats)
+    if args.json:
+        print(json.dumps(result, indent=1))
+    else:
+        for r in result["times"]:
+            print(f"{r['op']:<12}{r['shape']:<48}{r['dtype']:<9}{r['pass']:<18}"
+                  f"{r['released_median_us']:>10.1f}{r['patched_median_us']:>10.1f}{r['patched_over_released']:>7.2f}")
+        for side, g in result.get("grads", {}).items():
+            print(side, [(x["dtype"], f"{x['grad_max_abs_err']:.3g}") for x in g])
+        for side, u in result.get("upstream", {}).items():
+            print(side, u["counts"], u["failed"])
+        for row in result.get("detector", []):
+            print("detector batch", row["batch_size"], row.get("mmdet_patched_over_released"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
