@@ -13,7 +13,9 @@ stage, the median over iterations of
 A stage whose gpu_ms is close to its cpu_ms is launch-bound there; gpu_ms well above cpu_ms means
 the GPU is the limit. `other` is the iteration less its top-level stages.
 
-Stages (top level, then nested inside `forward`):
+Stages (top level, then nested inside `forward`, then the seams inside rpn and roi that SEAMS
+describes for each side: rpn.targets, rpn.loss, rpn.proposals, roi.targets, roi.features,
+roi.head, roi.loss):
   mmdet        preprocess (data_preprocessor), forward (loss), parse_losses, update
                (optim_wrapper.update_params: backward, step, zero_grad); nested: backbone+neck
                (extract_feat), rpn (rpn_head.loss_and_predict), roi (roi_head.loss)
@@ -92,6 +94,16 @@ def mmdet_iteration(args, samples, marks: Marks) -> Callable[[], None]:
     _wrap(model, "extract_feat", marks, "backbone+neck")
     _wrap(model.rpn_head, "loss_and_predict", marks, "rpn")
     _wrap(model.roi_head, "loss", marks, "roi")
+    # inside rpn and roi (SEAMS): targets (assign + sample), losses, proposals, RoI features, head
+    rpn, roi = model.rpn_head, model.roi_head
+    _wrap(rpn, "get_targets", marks, "rpn.targets")
+    _wrap(rpn, "loss_by_feat", marks, "rpn.loss")
+    _wrap(rpn, "predict_by_feat", marks, "rpn.proposals")
+    _wrap(roi.bbox_assigner, "assign", marks, "roi.targets")
+    _wrap(roi.bbox_sampler, "sample", marks, "roi.targets")
+    _wrap(roi.bbox_roi_extractor, "forward", marks, "roi.features")
+    _wrap(roi.bbox_head, "forward", marks, "roi.head")
+    _wrap(roi.bbox_head, "loss_and_target", marks, "roi.loss")
 
     def step() -> None:  # mmengine's BaseModel.train_step, stage by stage
         with optim.optim_context(model):
@@ -118,6 +130,18 @@ def torchvision_iteration(args, samples, marks: Marks) -> Callable[[], None]:
     targets = [{"boxes": s["boxes"].to(args.device), "labels": s["labels"].to(args.device) + 1} for s in samples]
     for attr, name in (("transform", "preprocess"), ("backbone", "backbone+neck"), ("rpn", "rpn"), ("roi_heads", "roi")):
         _wrap(getattr(model, attr), "forward", marks, name)
+    from torchvision.models.detection import roi_heads as tv_roi_heads
+
+    rpn, roi = model.rpn, model.roi_heads
+    _wrap(rpn, "assign_targets_to_anchors", marks, "rpn.targets")
+    _wrap(rpn, "compute_loss", marks, "rpn.loss")
+    _wrap(rpn, "filter_proposals", marks, "rpn.proposals")
+    _wrap(roi, "select_training_samples", marks, "roi.targets")
+    _wrap(roi.box_roi_pool, "forward", marks, "roi.features")
+    _wrap(roi.box_head, "forward", marks, "roi.head")
+    _wrap(roi.box_predictor, "forward", marks, "roi.head")
+    fastrcnn_loss = tv_roi_heads.fastrcnn_loss
+    tv_roi_heads.fastrcnn_loss = lambda *a, **k: marks.span("roi.loss", fastrcnn_loss, *a, **k)
 
     def update(loss) -> None:
         scaler.scale(loss).backward()
@@ -135,6 +159,22 @@ def torchvision_iteration(args, samples, marks: Marks) -> Callable[[], None]:
 
 
 TOP = {"mmdet": ("preprocess", "forward", "parse_losses", "update"), "torchvision": ("forward", "loss_sum", "update")}
+# the seams inside rpn and roi, and what each covers on each side (a name spans all its calls in
+# one iteration: per image, per level):
+SEAMS = {
+    "rpn.targets": ("rpn_head.get_targets: anchors assigned (MaxIoUAssigner) and sampled per image",
+                    "rpn.assign_targets_to_anchors (per image)"),
+    "rpn.loss": ("rpn_head.loss_by_feat: rpn.targets inside it, then the losses",
+                 "rpn.compute_loss: sampling and the losses (targets encoded before it)"),
+    "rpn.proposals": ("rpn_head.predict_by_feat: per image, per level top-k, decode, batched_nms (mmcv)",
+                      "rpn.filter_proposals: batched top-k per level, per image clip and batched_nms (torchvision)"),
+    "roi.targets": ("bbox_assigner.assign + bbox_sampler.sample, per image",
+                    "roi_heads.select_training_samples (assign, sample, encode)"),
+    "roi.features": ("bbox_roi_extractor: RoIAlign per FPN level (mmcv.ops.RoIAlign)",
+                     "box_roi_pool: MultiScaleRoIAlign (torchvision.ops.roi_align)"),
+    "roi.head": ("bbox_head.forward", "box_head + box_predictor"),
+    "roi.loss": ("bbox_head.loss_and_target: targets encoded, then the losses", "fastrcnn_loss"),
+}
 
 
 def measure(framework: str, make, args, samples) -> dict:
@@ -190,6 +230,7 @@ def run(args) -> dict:
         "model": args.model, "image_size": args.image_size, "batch_size": args.batch_size,
         "amp": args.amp and args.device.startswith("cuda"), "warmup": args.warmup, "iters": args.iters,
         "torchvision_model": "matched (bench_detector.py)",
+        "seams": {name: {"mmdet": m, "torchvision": t} for name, (m, t) in SEAMS.items()},
         "frameworks": sides,
     }
 
