@@ -41,6 +41,8 @@
 #             against the installed sm_90 mmcv: op times, gradients, upstream tests, detector it/s
 # Results go to $RES (default /tmp/res); in the foreground (OUT set) and with `--start`/`--collect`
 # they come back as one archive, $OUT/res.tgz.
+# PROPOSED=1: the mmcv builds apply recipes/mmcv/proposed/*.patch too (candidates get upstream's
+# tests and L4 on the GPU in the sandbox before they enter the recipe; proposed.txt names them).
 # NOTEST_FALLBACK=1: if the sm_90 sandbox tests fail, rebuild without them (tag sm90nt) so the
 # installed-prefix ladder still runs (on an untested package; its files say sm90nt).
 # Summary: python benchmarks/gpu_proof_summary.py RESULTS_DIR > RESULTS_DIR/summary.json
@@ -163,6 +165,20 @@ root, w = Path(sys.argv[1]), Path(sys.argv[2])
 for n in ("mmcv", "mmdet"):
     offline.offline_recipe_for(n, root / "recipes" / n, w / "recipes" / n)' "$SP" "$ROOT" "$W" \
   || { status "FAIL offline recipes"; exit 1; }
+if [[ -n "${PROPOSED:-}" ]]; then
+  # PROPOSED=1: the mmcv builds also apply recipes/mmcv/proposed/*.patch (after the recipe's own),
+  # so a candidate runs upstream's tests and L4 in the sandbox on the GPU before it enters the
+  # recipe; proposed.txt names them (the package's name does not change: results say PROPOSED)
+  : > "$RES/proposed.txt"
+  last=$(grep -n '^      - patches/0' "$W/recipes/mmcv/recipe.yaml" | tail -1 | cut -d: -f1)
+  for p in "$ROOT"/recipes/mmcv/proposed/*.patch; do
+    [[ -e "$p" ]] || continue
+    cp "$p" "$W/recipes/mmcv/patches/"
+    sed -i "${last}a\      - patches/$(basename "$p")" "$W/recipes/mmcv/recipe.yaml"; last=$((last + 1))
+    echo "$(sha256sum "$p" | cut -c1-64) $(basename "$p")" >> "$RES/proposed.txt"
+  done
+  status "PROPOSED: $(wc -l < "$RES/proposed.txt") candidate patch(es) in the mmcv builds"
+fi
 
 build() {  # build TAG [mmstack build args...]: one timed `mmstack build` with its full log
   local tag=$1; shift
