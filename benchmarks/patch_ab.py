@@ -1,6 +1,6 @@
 """A Python-level patch to mmcv, A/B against the installed mmcv it would change (issue 24).
 
-    python benchmarks/patch_ab.py --patch recipes/mmcv/proposed/0009-roi-align-half-backward-in-float.patch \
+    python benchmarks/patch_ab.py --patch recipes/mmcv/proposed/0010-roi-align-half-backward-in-float.patch \
         --ops roi_align --tests tests/test_ops/test_roi_align.py --upstream mmcv-2.2.0.github.tar.gz \
         --device cuda --json > patch_ab.json
 

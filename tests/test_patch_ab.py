@@ -22,7 +22,7 @@ from support.offline import cached_sdist
 
 ROOT = Path(__file__).resolve().parents[1]
 PROPOSED = ROOT / "recipes" / "mmcv" / "proposed"
-CANDIDATE = PROPOSED / "0009-roi-align-half-backward-in-float.patch"
+CANDIDATE = PROPOSED / "0010-roi-align-half-backward-in-float.patch"
 SCRIPT = ROOT / "benchmarks" / "patch_ab.py"
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
