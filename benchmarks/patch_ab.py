@@ -1,11 +1,12 @@
-"""A Python-level patch to mmcv, A/B against the installed mmcv it would change (issue 24).
+"""A Python-level patch to mmcv or mmdet, A/B against the installed package it would change (issue 24).
 
     python benchmarks/patch_ab.py --patch recipes/mmcv/proposed/0010-roi-align-half-backward-in-float.patch \
         --ops roi_align --tests tests/test_ops/test_roi_align.py --upstream mmcv-2.2.0.github.tar.gz \
         --device cuda --json > patch_ab.json
 
-For a patch that touches only mmcv's Python files (a CUDA-source patch needs a rebuild: see
-nms_anatomy.py). The installed package (`import mmcv` in this interpreter) is copied into an
+For a patch that touches only Python files of mmcv (or of mmdet: `--package mmdet`; a CUDA-source
+patch needs a rebuild: PROPOSED=1 in scripts/gpu-proof.sh). The installed package (`import mmcv`
+in this interpreter) is copied into an
 overlay folder and the patch applied there with `patch -p1`; every measurement then runs in a
 child process twice, released (the installed mmcv) and patched (the overlay first on
 PYTHONPATH), alternating sides so drift hits both:
@@ -17,13 +18,12 @@ PYTHONPATH), alternating sides so drift hits both:
   what it does to accuracy;
 - upstream: the named files of upstream's test suite (from the tag archive) through
   `python -m mmstack.verify.upstream_tests`, as the recipe runs them, with the counts per side; a
-  patch that fails a test the released package passes is not a candidate.
-
+  patch that fails a test the released package passes is not a candidate;
 - detector (`--detector 2,8`): bench_detector.py on each side at those batch sizes.
 
 A candidate's header may carry its own arguments on a line `patch_ab: --ops roi_align --tests ...`
-(the command line wins). The patch enters the recipe (recipes/mmcv/patches/) only after this has
-run on a GPU.
+(the command line wins). The patch enters its recipe (recipes/{mmcv,mmdet}/patches/) only after
+this has run on a GPU.
 """
 
 from __future__ import annotations
@@ -69,15 +69,15 @@ print(json.dumps(out))
 """
 
 
-def overlay(patch: Path, dest: Path, python: str) -> Path:
-    """The installed mmcv package copied under dest/ with the patch applied; returns dest."""
-    src = Path(subprocess.run([python, "-c", "import mmcv, os; print(os.path.dirname(mmcv.__file__))"],
+def overlay(patch: Path, dest: Path, python: str, package: str = "mmcv") -> Path:
+    """The installed package (mmcv or mmdet) copied under dest/ with the patch applied; returns dest."""
+    src = Path(subprocess.run([python, "-c", f"import {package}, os; print(os.path.dirname({package}.__file__))"],
                               capture_output=True, text=True, check=True).stdout.strip())
-    shutil.copytree(src, dest / "mmcv", symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(src, dest / package, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
     done = subprocess.run(["patch", "-p1", "--forward", "--batch", "-d", str(dest), "-i", str(patch.resolve())],
                           capture_output=True, text=True)
     if done.returncode:
-        raise SystemExit(f"{patch}: does not apply to the installed mmcv ({src}): {done.stdout.strip()} {done.stderr.strip()}")
+        raise SystemExit(f"{patch}: does not apply to the installed {package} ({src}): {done.stdout.strip()} {done.stderr.strip()}")
     return dest
 
 
@@ -176,7 +176,8 @@ def header_args(patch: Path) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--patch", type=Path, required=True)
-    ap.add_argument("--ops", default="roi_align", help="bench_ops.py --only for the timings")
+    ap.add_argument("--package", default="mmcv", choices=("mmcv", "mmdet"), help="the installed package the patch is to")
+    ap.add_argument("--ops", default="roi_align", help='bench_ops.py --only for the timings ("": none)')
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--repeats", type=int, default=7)
@@ -195,15 +196,15 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(header_args(args.patch) + argv)
     python = sys.executable
     with tempfile.TemporaryDirectory(prefix="patch-ab-") as tmp:
-        over = overlay(args.patch, Path(tmp) / "overlay", python)
+        over = overlay(args.patch, Path(tmp) / "overlay", python, args.package)
         import hashlib
 
-        result = {"what": "released (installed) mmcv against the same with a Python-level patch applied",
-                  "patch": args.patch.name, "patch_sha256": hashlib.sha256(args.patch.read_bytes()).hexdigest(),
+        result = {"what": f"released (installed) {args.package} against the same with a Python-level patch applied",
+                  "package": args.package, "patch": args.patch.name, "patch_sha256": hashlib.sha256(args.patch.read_bytes()).hexdigest(),
                   "device": args.device, "rounds": args.rounds, "repeats": args.repeats, "iters": args.iters}
         probe = "import torch, mmcv; print(torch.__version__, mmcv.__version__, torch.cuda.get_device_name() if torch.cuda.is_available() else '-')"
         result["versions"] = subprocess.run([python, "-c", probe], capture_output=True, text=True, check=True).stdout.split()
-        result["times"] = times(python, over, args.device, args.ops, args.rounds, args.repeats, args.iters)
+        result["times"] = times(python, over, args.device, args.ops, args.rounds, args.repeats, args.iters) if args.ops else []
         if "roi_align" in args.ops.split(","):
             result["grads"] = grads(python, over, args.device)
         if args.upstream and args.tests:

@@ -37,8 +37,8 @@
 #             profile of both
 #   ladderbench  benchmarks/bench_ladder.py in the sm_90 prefix (the ladder against a bare import)
 #   nmsanatomy   benchmarks/nms_anatomy.py: released vs patched (recipes/mmcv/patches/0008) nms kernels
-#   patchab   benchmarks/patch_ab.py for each recipes/mmcv/proposed/*.patch whose header has a
-#             `patch_ab:` line (the Python-level candidates)
+#   patchab   benchmarks/patch_ab.py for each recipes/{mmcv,mmdet}/proposed/*.patch whose header
+#             has a `patch_ab:` line (the Python-level candidates)
 #             against the installed sm_90 mmcv: op times, gradients, upstream tests, detector it/s
 # Results go to $RES (default /tmp/res); in the foreground (OUT set) and with `--start`/`--collect`
 # they come back as one archive, $OUT/res.tgz.
@@ -319,9 +319,9 @@ if want patchab && [[ -x "$W/p90/bin/python" ]]; then
   # with the arguments its header names (benchmarks/patch_ab.py)
   status "patchab"
   tvonly
-  for p in "$ROOT"/recipes/mmcv/proposed/*.patch; do
-    grep -q '^patch_ab:' "$p" || continue  # Python-level candidates name their A/B; CUDA ones need PROPOSED=1
-    n=$(basename "$p" .patch)
+  for p in "$ROOT"/recipes/mmcv/proposed/*.patch "$ROOT"/recipes/mmdet/proposed/*.patch; do
+    [[ -e "$p" ]] && grep -q '^patch_ab:' "$p" || continue  # Python-level candidates name their A/B; CUDA ones need PROPOSED=1
+    n="$(basename "$(dirname "$(dirname "$p")")")-$(basename "$p" .patch)"  # mmcv-0010-..., mmdet-0003-...
     "${benv[@]}" timeout 420 "$W/p90/bin/python" "$ROOT/benchmarks/patch_ab.py" --patch "$p" --device cuda \
       --upstream "$CARRY/sdist/mmcv-2.2.0.github.tar.gz" --json > "$RES/patchab_$n.json" 2> "$RES/patchab_$n.err"
     status "patchab $n rc=$?"

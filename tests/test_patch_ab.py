@@ -93,3 +93,36 @@ def test_overlay_refuses_a_patch_that_does_not_apply(tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(tmp_path / "site"))
     with pytest.raises(SystemExit, match="does not apply to the installed mmcv"):
         patch_ab.overlay(CANDIDATE, tmp_path / "overlay", sys.executable)
+
+
+MMDET_CANDIDATE = ROOT / "recipes" / "mmdet" / "proposed" / "0003-randperm-on-the-gallerys-device.patch"
+
+
+@pytest.mark.skipif(shutil.which("patch") is None, reason="GNU patch is not installed")
+def test_mmdet_candidate_applies_after_the_mmdet_recipes_patches_and_waits_outside_it(tmp_path):
+    with tarfile.open(cached_sdist("mmdet")) as tf:
+        tf.extractall(tmp_path, filter="data")
+    (work,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    for p in [*sorted((ROOT / "recipes" / "mmdet" / "patches").glob("0*.patch")), MMDET_CANDIDATE]:
+        subprocess.run(["patch", "-p1", "-s", "--fuzz=0", "-i", str(p)], cwd=work, check=True)
+    text = (work / "mmdet" / "models" / "task_modules" / "samplers" / "random_sampler.py").read_text()
+    assert "gallery.numel(), device=gallery.device)[:num]" in text
+    for recipe in ("recipe.yaml", "meta.yaml"):
+        assert MMDET_CANDIDATE.name not in (ROOT / "recipes" / "mmdet" / recipe).read_text()
+    assert patch_ab.header_args(MMDET_CANDIDATE)[:2] == ["--package", "mmdet"]
+
+
+@pytest.mark.slow
+def test_mmdet_candidate_samples_as_many_distinct_members_of_the_gallery(real_mmcv_python, tmp_path):
+    """The patched RandomSampler, in an overlay over the e2e prefix's real mmdet, on the CPU."""
+    over = patch_ab.overlay(MMDET_CANDIDATE, tmp_path / "overlay", real_mmcv_python, "mmdet")
+    code = ("import torch; from mmdet.models.task_modules.samplers import RandomSampler as R; import mmdet, json\n"
+            "s = R(num=256, pos_fraction=0.5); g = torch.arange(1000, 5000)\n"
+            "torch.manual_seed(0); a = s.random_choice(g, 128)\n"
+            "print(json.dumps({'file': mmdet.__file__, 'n': a.numel(), 'unique': a.unique().numel(),"
+            " 'inside': bool(((a >= 1000) & (a < 5000)).all())}))")
+    done = subprocess.run([real_mmcv_python, "-c", code], capture_output=True, text=True, timeout=300,
+                          env={**patch_ab._env("patched", over), "PYTHONPATH": str(over)})
+    assert done.returncode == 0, done.stderr[-1500:]
+    doc = json.loads(done.stdout.strip().splitlines()[-1])
+    assert doc["file"].startswith(str(over)) and doc == {**doc, "n": 128, "unique": 128, "inside": True}
