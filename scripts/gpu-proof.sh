@@ -38,12 +38,12 @@
 #   ladderbench  benchmarks/bench_ladder.py in the sm_90 prefix (the ladder against a bare import)
 #   nmsanatomy   benchmarks/nms_anatomy.py: released vs patched (recipes/mmcv/patches/0008) nms kernels
 #   patchab   benchmarks/patch_ab.py for each recipes/{mmcv,mmdet}/proposed/*.patch whose header
-#             has a `patch_ab:` line (the Python-level candidates)
-#             against the installed sm_90 mmcv: op times, gradients, upstream tests, detector it/s
+#             has a `patch_ab:` line (the Python-level candidates), against the installed sm_90
+#             prefix: op times, gradients, upstream tests, detector it/s, released vs patched
 # Results go to $RES (default /tmp/res); in the foreground (OUT set) and with `--start`/`--collect`
 # they come back as one archive, $OUT/res.tgz.
-# PROPOSED=1: the mmcv builds apply recipes/mmcv/proposed/*.patch too (candidates get upstream's
-# tests and L4 on the GPU in the sandbox before they enter the recipe; proposed.txt names them).
+# PROPOSED=1: the mmcv and mmdet builds apply recipes/<name>/proposed/*.patch too (candidates get
+# upstream's tests, L4 and L5 on the GPU in the sandbox before they enter; proposed.txt names them).
 # NOTEST_FALLBACK=1: if the sm_90 sandbox tests fail, rebuild without them (tag sm90nt) so the
 # installed-prefix ladder still runs (on an untested package; its files say sm90nt).
 # Summary: python benchmarks/gpu_proof_summary.py RESULTS_DIR > RESULTS_DIR/summary.json
@@ -167,18 +167,21 @@ for n in ("mmcv", "mmdet"):
     offline.offline_recipe_for(n, root / "recipes" / n, w / "recipes" / n)' "$SP" "$ROOT" "$W" \
   || { status "FAIL offline recipes"; exit 1; }
 if [[ -n "${PROPOSED:-}" ]]; then
-  # PROPOSED=1: the mmcv builds also apply recipes/mmcv/proposed/*.patch (after the recipe's own),
-  # so a candidate runs upstream's tests and L4 in the sandbox on the GPU before it enters the
-  # recipe; proposed.txt names them (the package's name does not change: results say PROPOSED)
+  # PROPOSED=1: the mmcv and mmdet builds also apply recipes/<name>/proposed/*.patch (after the
+  # recipe's own), so a candidate runs upstream's tests, L4 and L5 in the sandbox on the GPU before
+  # it enters its recipe; proposed.txt names them (package names do not change: results say so)
   : > "$RES/proposed.txt"
-  last=$(grep -n '^      - patches/0' "$W/recipes/mmcv/recipe.yaml" | tail -1 | cut -d: -f1)
-  for p in "$ROOT"/recipes/mmcv/proposed/*.patch; do
-    [[ -e "$p" ]] || continue
-    cp "$p" "$W/recipes/mmcv/patches/"
-    sed -i "${last}a\      - patches/$(basename "$p")" "$W/recipes/mmcv/recipe.yaml"; last=$((last + 1))
-    echo "$(sha256sum "$p" | cut -c1-64) $(basename "$p")" >> "$RES/proposed.txt"
+  for n in mmcv mmdet; do
+    last=$(grep -n '^ *- patches/0' "$W/recipes/$n/recipe.yaml" | tail -1)
+    indent=$(sed 's/^[0-9]*:\( *\)-.*/\1/' <<< "$last"); last=${last%%:*}
+    for p in "$ROOT/recipes/$n/proposed/"*.patch; do
+      [[ -e "$p" ]] || continue
+      cp "$p" "$W/recipes/$n/patches/"
+      sed -i "${last}a\\${indent}- patches/$(basename "$p")" "$W/recipes/$n/recipe.yaml"; last=$((last + 1))
+      echo "$(sha256sum "$p" | cut -c1-64) $n/$(basename "$p")" >> "$RES/proposed.txt"
+    done
   done
-  status "PROPOSED: $(wc -l < "$RES/proposed.txt") candidate patch(es) in the mmcv builds"
+  status "PROPOSED: $(wc -l < "$RES/proposed.txt") candidate patch(es) in the mmcv and mmdet builds"
 fi
 
 build() {  # build TAG [mmstack build args...]: one timed `mmstack build` with its full log
