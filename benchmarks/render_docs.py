@@ -419,6 +419,21 @@ def _detector_stages(docs) -> tuple[list[str], list[list[object]]]:
     return ["batch", "stage", "mmdet ms", "torchvision ms", "mmdet - tv ms", "share of the gap"], rows
 
 
+def _ccache_recipe(docs) -> tuple[list[str], list[list[object]]]:
+    """ccache_recipe.py: the recipe built through rattler-build twice with the CI's ccache wrapper."""
+    d = docs[0]
+    cold = next(b for b in d["builds"] if b["build"] == "cold")
+    rows = []
+    for b in d["builds"]:
+        c = b["ccache"]
+        hits = c.get("direct_cache_hit", 0) + c.get("preprocessed_cache_hit", 0)
+        same = ("yes" if b["ext"]["sha256"] == cold["ext"]["sha256"] else
+                "all but its build-id" if b["ext"]["sha256_without_build_id"] == cold["ext"]["sha256_without_build_id"] else "no")
+        rows.append([b["build"], fmt(b["wall_s"], "{:,.0f} s"), fmt(b["cpu_s"], "{:,.0f} CPU-s"),
+                     fmt(b["wall_s"] / cold["wall_s"], "{:.2f}×"), hits, c.get("cache_miss", 0), same])
+    return ["build", "wall", "CPU", "wall / cold", "ccache hits", "ccache misses", "packaged `_ext` same as cold"], rows
+
+
 def _ladder_bench(docs) -> tuple[list[str], list[list[object]]]:
     """bench_ladder.py: the ladder against a bare `import mmcv.ops` + one op, medians of one run."""
     d = docs[0]
@@ -497,12 +512,45 @@ TABLES: dict[str, Table] = {
     "h200-l4-vs-upstream": Table(sources=["h200/recipe-run3/l4complete_sm90.json"], build=_l4_vs_upstream),
     "cpu-ladder": Table(sources=["cpu-dev/ladder.json"], build=_ladder_bench),
     "cpu-ccache-rebuild": Table(sources=["cpu-dev/ccache_rebuild.json"], build=_ccache_rebuild),
-    "cpu-ccache-recipe": Table(sources=["cpu-dev/ccache_recipe.json"], build=_ccache_rebuild),
+    "cpu-ccache-recipe": Table(sources=["cpu-dev/ccache_recipe.json"], build=_ccache_recipe),
     "cpu-arch-sets": Table(sources=["cpu-dev/arch_sets.json"], build=_arch_sets),
     "cpu-detector": Table(sources=["cpu-dev/detector_cpu.json"], build=_cpu_detector),
 }
 
+_R5 = "h200/recipe-run5"
+
+
+def _op(doc, op, shape_start, dtype="float32", passes="forward"):
+    return next(o for o in doc["ops"] if o["op"] == op and o["shape"].startswith(shape_start)
+                and o["dtype"] == dtype and o["pass"] == passes)
+
+
+def _profile(doc, side="mmdet"):
+    return doc["results"][side]
+
+
+def _stage_ratio_range(key):
+    """min-max over batch sizes of mmdet/torchvision for a detector_bs*.json key."""
+    ratios = [load(f"{_R5}/detector_bs{bs}_sm90.json")["results"] for bs in _BATCHES]
+    vals = [r["mmdet"][key] / r["torchvision-matched"][key] for r in ratios]
+    return f"{min(vals):.1f}-{max(vals):.1f}"
+
+
 VALUES: dict[str, Value] = {
+    "h200-fp16-bwd-ratio-range": Value(f"{_R5}/ops_full_sm90.json", compute=lambda d: "{:.2f}-{:.2f}".format(*(
+        f(o["ratio_tv_over_mmcv"] for o in d["ops"] if o["dtype"] == "float16" and o["pass"] == "forward+backward")
+        for f in (min, max)))),
+    "h200-batched-nms-10k-ratio": Value(f"{_R5}/ops_full_sm90.json", spec="{:.2f}",
+                                        compute=lambda d: _op(d, "batched_nms", "10000 ")["ratio_tv_over_mmcv"]),
+    "h200-nms-100-ratio": Value(f"{_R5}/ops_full_sm90.json", spec="{:.2f}",
+                                compute=lambda d: _op(d, "nms", "100 ")["ratio_tv_over_mmcv"]),
+    "h200-detector-ratio-range": Value(f"{_R5}/detector_bs2_sm90.json", compute=lambda _d: _stage_ratio_range("iters_per_s")),
+    "h200-profile-busy-ms": Value(f"{_R5}/profile_sm90.json", spec="{:.1f}",
+                                  compute=lambda d: _profile(d)["gpu_busy_ms_per_iter"]),
+    "h200-profile-wall-ms": Value(f"{_R5}/profile_sm90.json", spec="{:.1f}",
+                                  compute=lambda d: _profile(d)["wall_ms_per_iter"]),
+    "h200-profile-top-kernel-ms": Value(f"{_R5}/profile_sm90.json", spec="{:.1f}",
+                                        compute=lambda d: _profile(d)["top_kernels"][0]["ms_per_iter"]),
     "cpu-ci-run-min": Value("cpu-dev/ci_run.json", compute=lambda d: d["wall_s"] / 60, spec="{:.0f}"),
     "cpu-ci-pytest-passed": Value("cpu-dev/ci_run.json", "pytest.passed"),
     "cpu-fast-suite-s": Value("cpu-dev/fast_suite.json", "wall_s", spec="{:.0f}"),
