@@ -79,8 +79,9 @@ def ext_digests(conda: Path) -> dict | None:
 
 
 def build(name: str, base: Path, channel: Path, wrapper_env: dict, ccache: str) -> dict:
-    from mmstack.builder import recipes
     from support import offline
+
+    from mmstack.builder import recipes
 
     work = base / f"work-{name}"  # a new directory per build
     work.mkdir()
