@@ -20,6 +20,9 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from result_logs import log_exists, read_log
+
 STAND_IN_NOTE = ("Built by the real rattler-build engine from recipes/mmcv, against a STAND-IN channel "
                  "(tests/support/bootstrap_cuda.py) assembled on the device from its own CPython, torch, "
                  "nvidia-* libraries and CUDA toolkit: conda-forge is not reachable there.")
@@ -39,9 +42,9 @@ def _cores(machine: str) -> int | None:
 
 def sandbox_test_seconds(log: Path, package: str) -> float | None:
     """Seconds from the package's archive line ('Archive written to ...') to the log's last line."""
-    if not log.is_file():
+    if not log_exists(log):
         return None
-    lines = log.read_text(errors="replace").splitlines()
+    lines = read_log(log).splitlines()
     stamps = [(i, line[:8]) for i, line in enumerate(lines) if re.match(r"\d\d:\d\d:\d\d ", line)]
     start = next((i for i, line in enumerate(lines)
                   if ("Artifact:" in line or "Archive written to" in line) and f"/{package}-" in line), None)
@@ -54,9 +57,9 @@ def sandbox_test_seconds(log: Path, package: str) -> float | None:
 
 def sandbox_ladder(log: Path) -> dict | None:
     """The `mmstack verify ... --json` report the recipe's test printed, parsed out of the log."""
-    if not log.is_file():
+    if not log_exists(log):
         return None
-    lines = log.read_text(errors="replace").splitlines()
+    lines = read_log(log).splitlines()
     start = next((i for i, line in enumerate(lines) if re.search(r"\+ mmstack verify .*--json", line)), None)
     if start is None:
         return None
@@ -133,8 +136,8 @@ def build_summary(res: Path, tag: str, cores: int | None, sizes: dict[str, int])
             "note": "span = first unit start to last unit end in ninja's log; limit = max(unit CPU-s / cores, longest unit)",
         }
     log = res / f"rattler-build-{tag}.log"
-    text = log.read_text(errors="replace") if log.is_file() else ""
-    tests_run = ("Testing commands:" in text) if log.is_file() else None  # None: no log came back
+    text = read_log(log) if log_exists(log) else ""
+    tests_run = ("Testing commands:" in text) if log_exists(log) else None  # None: no log came back
     name = pkgs[0]["name"] if pkgs else "mmcv"
     out["sandbox_test_s"] = sandbox_test_seconds(log, name) if tests_run else None
     out["sandbox_ladder"] = sandbox_ladder(log)

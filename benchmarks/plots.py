@@ -18,7 +18,11 @@ from __future__ import annotations
 import io
 import json
 import re
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from result_logs import read_log
 
 DPI = 100
 _STAMP = re.compile(r"^(\d\d):(\d\d):(\d\d) \[\w+\] \[(\d+)/(\d+)\] .*?\s-o\s+(\S+)")
@@ -60,7 +64,7 @@ def unit_spans(units_json: Path, log: Path) -> list[tuple[str, float, float]]:
     ends: list[tuple[str, float]] = []
     day = 0
     last = -1
-    for line in log.read_text(encoding="utf-8", errors="replace").splitlines():
+    for line in read_log(log).splitlines():
         m = _STAMP.match(line)
         if not m:
             continue

@@ -6,6 +6,7 @@ Results record no machine paths: scripts/gpu-proof.sh works under $WORK (/tmp/gp
 $RES (/tmp/res) and runs from the checkout ($ROOT); logs and JSON name them as those variables.
 The test cache under a home directory (tests/support/bootstrap.py) is $MMSTACK_TEST_CACHE, any
 other home directory $HOME. tests/test_results_paths.py fails on a path that slipped through.
+Then every log over result_logs.LIMIT becomes NAME.log.xz (benchmarks/result_logs.py).
 """
 
 from __future__ import annotations
@@ -13,6 +14,9 @@ from __future__ import annotations
 import re
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from result_logs import compress_logs
 
 # longest first, so /tmp/gp/x is not half-replaced by a shorter prefix
 NAMES = (("/tmp/carry/tree", "$ROOT"), ("/tmp/carry", "$CARRY"), ("/work/main", "$ROOT"), ("/tmp/gp", "$WORK"),
@@ -44,7 +48,8 @@ def main(folder: str) -> int:
             if new != text:
                 f.write_text(new, errors="surrogateescape")
                 changed += 1
-    print(f"{changed} files scrubbed")
+    packed = compress_logs(Path(folder))
+    print(f"{changed} files scrubbed, {len(packed)} logs compressed")
     return 0
 
 

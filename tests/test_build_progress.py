@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import itertools
 import re
+import sys
 from pathlib import Path
 
 from mmstack.builder import progress, recipes
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from result_logs import read_log
 
 ROOT = Path(__file__).resolve().parents[1]
 LOG = ROOT / "benchmarks" / "results" / "h200" / "recipe-run2" / "rattler-build-sm90.log"
@@ -35,7 +39,7 @@ class Event:
 def recorded() -> list[tuple[float, str, str]]:
     """(seconds since midnight, level, message) of each timestamped line of the recorded log."""
     rows = []
-    for line in LOG.read_text(encoding="utf-8", errors="replace").splitlines():
+    for line in read_log(LOG).splitlines():
         m = _LINE.match(line)
         if m:
             h, mi, s, level, message = m.groups()

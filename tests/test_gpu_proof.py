@@ -13,6 +13,9 @@ from pathlib import Path
 import pytest
 from support import bootstrap_cuda
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from result_logs import read_log
+
 ROOT = Path(__file__).resolve().parents[1]
 RUN1 = ROOT / "benchmarks" / "results" / "h200" / "recipe-run1"
 
@@ -109,7 +112,7 @@ def test_recipe_run5_tested_ptx_package_landed_and_runs_through_the_jit_on_the_h
     # recipe patch 0008 (nms) is in this package: upstream's nms and iou3d tests ran its kernel
     assert upstream["by_file"]["tests/test_ops/test_nms.py"]["passed"] >= 1
     assert upstream["by_file"]["tests/test_ops/test_iou3d.py"]["passed"] >= 1
-    log = (RUN5 / "rattler-build-ptx.log").read_text()
+    log = read_log(RUN5 / "rattler-build-ptx.log")
     assert "+ mmstack fatbin --expect 8.0+PTX" in log and "all tests passed" in log
     assert summary["arch_check"]["ptx"]["verdict"] == "ptx-jit" and summary["arch_check"]["ptx"]["ok"]
     (fat,) = summary["fatbin"]["ptx"]["files"]

@@ -5,6 +5,7 @@ names them as variables before a result is committed."""
 from __future__ import annotations
 
 import importlib.util
+import lzma
 import re
 
 from support.cli import ROOT
@@ -25,7 +26,8 @@ def _scrub():
 def _machine_paths(files) -> list[str]:
     found = []
     for f in files:
-        text = f.read_bytes().decode("utf-8", errors="replace")
+        raw = f.read_bytes()
+        text = (lzma.decompress(raw) if f.suffix == ".xz" else raw).decode("utf-8", errors="replace")
         for n, line in enumerate(text.splitlines(), 1):
             m = MACHINE_PATH.search(line)
             if m:
