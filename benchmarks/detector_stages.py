@@ -96,14 +96,11 @@ def mmdet_iteration(args, samples, marks: Marks) -> Callable[[], None]:
     _wrap(model.roi_head, "loss", marks, "roi")
     # inside rpn and roi (SEAMS): targets (assign + sample), losses, proposals, RoI features, head
     rpn, roi = model.rpn_head, model.roi_head
-    _wrap(rpn, "get_targets", marks, "rpn.targets")
-    _wrap(rpn, "loss_by_feat", marks, "rpn.loss")
-    _wrap(rpn, "predict_by_feat", marks, "rpn.proposals")
-    _wrap(roi.bbox_assigner, "assign", marks, "roi.targets")
-    _wrap(roi.bbox_sampler, "sample", marks, "roi.targets")
-    _wrap(roi.bbox_roi_extractor, "forward", marks, "roi.features")
-    _wrap(roi.bbox_head, "forward", marks, "roi.head")
-    _wrap(roi.bbox_head, "loss_and_target", marks, "roi.loss")
+    for obj, attr, name in ((rpn, "get_targets", "rpn.targets"), (rpn, "loss_by_feat", "rpn.loss"),
+                            (rpn, "predict_by_feat", "rpn.proposals"), (roi.bbox_assigner, "assign", "roi.targets"),
+                            (roi.bbox_sampler, "sample", "roi.targets"), (roi.bbox_roi_extractor, "forward", "roi.features"),
+                            (roi.bbox_head, "forward", "roi.head"), (roi.bbox_head, "loss_and_target", "roi.loss")):
+        _wrap(obj, attr, marks, name)
 
     def step() -> None:  # mmengine's BaseModel.train_step, stage by stage
         with optim.optim_context(model):
@@ -133,13 +130,11 @@ def torchvision_iteration(args, samples, marks: Marks) -> Callable[[], None]:
     from torchvision.models.detection import roi_heads as tv_roi_heads
 
     rpn, roi = model.rpn, model.roi_heads
-    _wrap(rpn, "assign_targets_to_anchors", marks, "rpn.targets")
-    _wrap(rpn, "compute_loss", marks, "rpn.loss")
-    _wrap(rpn, "filter_proposals", marks, "rpn.proposals")
-    _wrap(roi, "select_training_samples", marks, "roi.targets")
-    _wrap(roi.box_roi_pool, "forward", marks, "roi.features")
-    _wrap(roi.box_head, "forward", marks, "roi.head")
-    _wrap(roi.box_predictor, "forward", marks, "roi.head")
+    for obj, attr, name in ((rpn, "assign_targets_to_anchors", "rpn.targets"), (rpn, "compute_loss", "rpn.loss"),
+                            (rpn, "filter_proposals", "rpn.proposals"), (roi, "select_training_samples", "roi.targets"),
+                            (roi.box_roi_pool, "forward", "roi.features"), (roi.box_head, "forward", "roi.head"),
+                            (roi.box_predictor, "forward", "roi.head")):
+        _wrap(obj, attr, marks, name)
     fastrcnn_loss = tv_roi_heads.fastrcnn_loss
     tv_roi_heads.fastrcnn_loss = lambda *a, **k: marks.span("roi.loss", fastrcnn_loss, *a, **k)
 

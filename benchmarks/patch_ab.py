@@ -29,6 +29,7 @@ this has run on a GPU.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import shutil
@@ -197,8 +198,6 @@ def main(argv: list[str] | None = None) -> int:
     python = sys.executable
     with tempfile.TemporaryDirectory(prefix="patch-ab-") as tmp:
         over = overlay(args.patch, Path(tmp) / "overlay", python, args.package)
-        import hashlib
-
         result = {"what": f"released (installed) {args.package} against the same with a Python-level patch applied",
                   "package": args.package, "patch": args.patch.name, "patch_sha256": hashlib.sha256(args.patch.read_bytes()).hexdigest(),
                   "device": args.device, "rounds": args.rounds, "repeats": args.repeats, "iters": args.iters}

@@ -357,8 +357,8 @@ def _l4_vs_upstream(docs) -> tuple[list[str], list[list[object]]]:
     return ["op", "CUDA-only", "H200 status", "ran on", "compared with", "max error", "upstream test"], rows
 
 
-def _ccache_rebuild(docs) -> tuple[list[str], list[list[object]]]:
-    """ccache_rebuild.py: build.sh cold, warm in a new directory, and with one flag changed."""
+def _ccache_table(docs, same: Callable[[dict, dict], str], same_header: str) -> tuple[list[str], list[list[object]]]:
+    """A cold build and its rebuilds through ccache: cost, hits and misses, and `same(build, cold)`."""
     d = docs[0]
     cold = next(b for b in d["builds"] if b["build"] == "cold")
     rows = []
@@ -366,9 +366,25 @@ def _ccache_rebuild(docs) -> tuple[list[str], list[list[object]]]:
         c = b["ccache"]
         hits = c.get("direct_cache_hit", 0) + c.get("preprocessed_cache_hit", 0)
         rows.append([b["build"], fmt(b["wall_s"], "{:,.0f} s"), fmt(b["cpu_s"], "{:,.0f} CPU-s"),
-                     fmt(b["wall_s"] / cold["wall_s"], "{:.2f}×"), hits, c.get("cache_miss", 0),
-                     "yes" if b["ext_sha256"] == cold["ext_sha256"] else "no"])
-    return ["build", "wall", "CPU", "wall / cold", "ccache hits", "ccache misses", "_ext same as cold"], rows
+                     fmt(b["wall_s"] / cold["wall_s"], "{:.2f}×"), hits, c.get("cache_miss", 0), same(b, cold)])
+    return ["build", "wall", "CPU", "wall / cold", "ccache hits", "ccache misses", same_header], rows
+
+
+def _ccache_rebuild(docs) -> tuple[list[str], list[list[object]]]:
+    """ccache_rebuild.py: build.sh cold, warm in a new directory, and with one flag changed."""
+    return _ccache_table(docs, lambda b, cold: "yes" if b["ext_sha256"] == cold["ext_sha256"] else "no",
+                         "_ext same as cold")
+
+
+def _ccache_recipe(docs) -> tuple[list[str], list[list[object]]]:
+    """ccache_recipe.py: the recipe built through rattler-build twice with the CI's ccache wrapper."""
+    def same(b, cold):
+        ext, ref = b["ext"], cold["ext"]
+        if ext["sha256"] == ref["sha256"]:
+            return "yes"
+        return "all but its build-id" if ext["sha256_without_build_id"] == ref["sha256_without_build_id"] else "no"
+
+    return _ccache_table(docs, same, "packaged `_ext` same as cold")
 
 
 def _ops_full(docs) -> tuple[list[str], list[list[object]]]:
@@ -417,21 +433,6 @@ def _detector_stages(docs) -> tuple[list[str], list[list[object]]]:
             rows.append([bs if stage == "preprocess" else "", f"· {stage}" if "." in stage else stage, f"{a:.1f}",
                          f"{b:.1f}", f"{a - b:+.1f}", f"{(a - b) / gap:+.0%}" if stage != "iteration" else "100%"])
     return ["batch", "stage", "mmdet ms", "torchvision ms", "mmdet - tv ms", "share of the gap"], rows
-
-
-def _ccache_recipe(docs) -> tuple[list[str], list[list[object]]]:
-    """ccache_recipe.py: the recipe built through rattler-build twice with the CI's ccache wrapper."""
-    d = docs[0]
-    cold = next(b for b in d["builds"] if b["build"] == "cold")
-    rows = []
-    for b in d["builds"]:
-        c = b["ccache"]
-        hits = c.get("direct_cache_hit", 0) + c.get("preprocessed_cache_hit", 0)
-        same = ("yes" if b["ext"]["sha256"] == cold["ext"]["sha256"] else
-                "all but its build-id" if b["ext"]["sha256_without_build_id"] == cold["ext"]["sha256_without_build_id"] else "no")
-        rows.append([b["build"], fmt(b["wall_s"], "{:,.0f} s"), fmt(b["cpu_s"], "{:,.0f} CPU-s"),
-                     fmt(b["wall_s"] / cold["wall_s"], "{:.2f}×"), hits, c.get("cache_miss", 0), same])
-    return ["build", "wall", "CPU", "wall / cold", "ccache hits", "ccache misses", "packaged `_ext` same as cold"], rows
 
 
 def _ladder_bench(docs) -> tuple[list[str], list[list[object]]]:

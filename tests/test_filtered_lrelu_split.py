@@ -16,12 +16,10 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-import subprocess
-import tarfile
 from pathlib import Path
 
 import pytest
-from support.offline import cached_sdist
+from support.offline import patched_sdist
 
 ROOT = Path(__file__).resolve().parents[1]
 PATCH = ROOT / "recipes" / "mmcv" / "proposed" / "0009-split-filtered-lrelu-unit.patch"
@@ -32,11 +30,7 @@ UNITS = [f"filtered_lrelu_{s}_{t}.cu" for s in ("wr", "rd", "ns") for t in ("hal
 
 @pytest.mark.skipif(shutil.which("patch") is None, reason="GNU patch is not installed")
 def test_split_applies_after_the_recipes_patches_and_setup_finds_its_units(tmp_path):
-    with tarfile.open(cached_sdist("mmcv")) as tf:
-        tf.extractall(tmp_path, filter="data")
-    work = tmp_path / "mmcv-2.2.0"
-    for p in [*sorted((ROOT / "recipes" / "mmcv" / "patches").glob("0*.patch")), PATCH]:
-        subprocess.run(["patch", "-p1", "-s", "--fuzz=0", "-i", str(p)], cwd=work, check=True)
+    work = patched_sdist("mmcv", tmp_path, (PATCH,))
     found = {p.name for p in (work / CUDA).glob("*.cu")}  # setup.py: glob('./mmcv/ops/csrc/pytorch/cuda/*.cu')
     assert set(UNITS) | {"filtered_lrelu.cu"} <= found
     setup = (work / "setup.py").read_text()

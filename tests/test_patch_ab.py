@@ -14,11 +14,10 @@ import json
 import shutil
 import subprocess
 import sys
-import tarfile
 from pathlib import Path
 
 import pytest
-from support.offline import cached_sdist
+from support.offline import patched_sdist
 
 ROOT = Path(__file__).resolve().parents[1]
 PROPOSED = ROOT / "recipes" / "mmcv" / "proposed"
@@ -31,11 +30,7 @@ import patch_ab  # noqa: E402
 
 @pytest.mark.skipif(shutil.which("patch") is None, reason="GNU patch is not installed")
 def test_candidate_applies_after_the_recipes_patches_without_fuzz(tmp_path):
-    with tarfile.open(cached_sdist("mmcv")) as tf:
-        tf.extractall(tmp_path, filter="data")
-    work = tmp_path / "mmcv-2.2.0"
-    for p in [*sorted((ROOT / "recipes" / "mmcv" / "patches").glob("0*.patch")), CANDIDATE]:
-        subprocess.run(["patch", "-p1", "-s", "--fuzz=0", "-i", str(p)], cwd=work, check=True)
+    work = patched_sdist("mmcv", tmp_path, (CANDIDATE,))
     text = (work / "mmcv" / "ops" / "roi_align.py").read_text()
     backward = text[text.index("def backward"):text.index("roi_align = RoIAlignFunction.apply")]
     assert "grad_output.is_cuda and grad_output.dtype == torch.half" in backward
@@ -100,11 +95,7 @@ MMDET_CANDIDATE = ROOT / "recipes" / "mmdet" / "proposed" / "0003-randperm-on-th
 
 @pytest.mark.skipif(shutil.which("patch") is None, reason="GNU patch is not installed")
 def test_mmdet_candidate_applies_after_the_mmdet_recipes_patches_and_waits_outside_it(tmp_path):
-    with tarfile.open(cached_sdist("mmdet")) as tf:
-        tf.extractall(tmp_path, filter="data")
-    (work,) = [p for p in tmp_path.iterdir() if p.is_dir()]
-    for p in [*sorted((ROOT / "recipes" / "mmdet" / "patches").glob("0*.patch")), MMDET_CANDIDATE]:
-        subprocess.run(["patch", "-p1", "-s", "--fuzz=0", "-i", str(p)], cwd=work, check=True)
+    work = patched_sdist("mmdet", tmp_path, (MMDET_CANDIDATE,))
     text = (work / "mmdet" / "models" / "task_modules" / "samplers" / "random_sampler.py").read_text()
     assert "gallery.numel(), device=gallery.device)[:num]" in text
     for recipe in ("recipe.yaml", "meta.yaml"):

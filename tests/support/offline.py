@@ -76,6 +76,21 @@ def cached_github_archive(*, cache_root: Path = CACHE_ROOT) -> Path:
                             f"{[str(d) for d in SHARED_SOURCES]}; set MMSTACK_SHARED_SOURCES to a folder holding it")
 
 
+def patched_sdist(name: str, dest: Path, extra: tuple[Path, ...] = ()) -> Path:
+    """The recipe's sdist unpacked under dest with recipes/<name>/patches applied in order (`patch
+    -p1 --fuzz=0`, as the recipes do), then `extra` patches (candidates); returns its source root."""
+    import subprocess
+    import tarfile
+
+    with tarfile.open(cached_sdist(name)) as tf:
+        tf.extractall(dest, filter="data")
+    (src,) = [p for p in dest.iterdir() if p.is_dir()]
+    patches = Path(__file__).resolve().parents[2] / "recipes" / name / "patches"
+    for p in [*sorted(patches.glob("0*.patch")), *extra]:
+        subprocess.run(["patch", "-p1", "-s", "--fuzz=0", "-i", str(p)], cwd=src, check=True)
+    return src
+
+
 def offline_recipe_for(name: str, recipe_dir: Path, dest: Path) -> Path:
     """`offline_recipe` for one of SDISTS, fetching the sdist first if need be; the mmcv recipe's
     second source (upstream's tag archive, for its tests) from the shared copy."""
