@@ -1,15 +1,16 @@
 """A Python-level patch to mmcv or mmdet, A/B against the installed package it would change (issue 24).
 
-    python benchmarks/patch_ab.py --patch recipes/mmcv/proposed/0010-roi-align-half-backward-in-float.patch \
+    python benchmarks/patch_ab.py --patch recipes/mmcv/patches/0010-roi-align-half-backward-in-float.patch \
         --ops roi_align --tests tests/test_ops/test_roi_align.py --upstream mmcv-2.2.0.github.tar.gz \
         --device cuda --json > patch_ab.json
 
 For a patch that touches only Python files of mmcv (or of mmdet: `--package mmdet`; a CUDA-source
 patch needs a rebuild: PROPOSED=1 in scripts/gpu-proof.sh). The installed package (`import mmcv`
 in this interpreter) is copied into an
-overlay folder and the patch applied there with `patch -p1`; every measurement then runs in a
-child process twice, released (the installed mmcv) and patched (the overlay first on
-PYTHONPATH), alternating sides so drift hits both:
+overlay folder and the patch applied there with `patch -p1` (or reversed there, where the
+installed package already carries it: a PROPOSED=1 build); every measurement then runs in a
+child process twice, released and patched (the overlay first on PYTHONPATH for its side),
+alternating sides so drift hits both:
 
 - times: `bench_ops.py --full --only OPS` on each side, `--rounds` times, medians per row, and
   the patched / released ratio per row (below 1: the patch is faster);
@@ -39,6 +40,7 @@ import sys
 import tarfile
 import tempfile
 from pathlib import Path
+from typing import NamedTuple
 
 HERE = Path(__file__).resolve().parent
 
@@ -70,30 +72,47 @@ print(json.dumps(out))
 """
 
 
-def overlay(patch: Path, dest: Path, python: str, package: str = "mmcv") -> Path:
-    """The installed package (mmcv or mmdet) copied under dest/ with the patch applied; returns dest."""
+class Overlay(NamedTuple):
+    """The installed package copied aside with the patch applied forward (side "patched") or, where
+    the installed package already carries it (a PROPOSED=1 build), reversed (side "released")."""
+
+    path: Path
+    side: str
+
+
+def _patch(dest: Path, patch: Path, *flags: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["patch", "-p1", "--batch", *flags, "-d", str(dest), "-i", str(patch.resolve())],
+                          capture_output=True, text=True)
+
+
+def overlay(patch: Path, dest: Path, python: str, package: str = "mmcv") -> Overlay:
+    """The installed package (mmcv or mmdet) copied under dest/ with the patch applied, or reversed
+    where the installed package already carries it; the other side is the installed package."""
     src = Path(subprocess.run([python, "-c", f"import {package}, os; print(os.path.dirname({package}.__file__))"],
                               capture_output=True, text=True, check=True).stdout.strip())
     shutil.copytree(src, dest / package, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
-    done = subprocess.run(["patch", "-p1", "--forward", "--batch", "-d", str(dest), "-i", str(patch.resolve())],
-                          capture_output=True, text=True)
-    if done.returncode:
-        raise SystemExit(f"{patch}: does not apply to the installed {package} ({src}): {done.stdout.strip()} {done.stderr.strip()}")
-    return dest
+    if not _patch(dest, patch, "--dry-run", "--forward").returncode:
+        _patch(dest, patch, "--forward")
+        return Overlay(dest, "patched")
+    if not _patch(dest, patch, "--dry-run", "--reverse").returncode:
+        _patch(dest, patch, "--reverse")
+        return Overlay(dest, "released")
+    done = _patch(dest, patch, "--dry-run", "--forward")
+    raise SystemExit(f"{patch}: does not apply to the installed {package} ({src}): {done.stdout.strip()} {done.stderr.strip()}")
 
 
-def _env(side: str, over: Path) -> dict:
+def _env(side: str, over: Overlay) -> dict:
     env = dict(os.environ)
-    if side == "patched":
-        env["PYTHONPATH"] = os.pathsep.join([str(over), *filter(None, [env.get("PYTHONPATH")])])
+    if side == over.side:
+        env["PYTHONPATH"] = os.pathsep.join([str(over.path), *filter(None, [env.get("PYTHONPATH")])])
     return env
 
 
-def _child(cmd: list[str], side: str, over: Path, **kw) -> subprocess.CompletedProcess:
+def _child(cmd: list[str], side: str, over: Overlay, **kw) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, env=_env(side, over), **kw)
 
 
-def times(python: str, over: Path, device: str, ops: str, rounds: int, repeats: int, iters: int) -> list[dict]:
+def times(python: str, over: Overlay, device: str, ops: str, rounds: int, repeats: int, iters: int) -> list[dict]:
     runs: dict[str, list[list[dict]]] = {"released": [], "patched": []}
     for _ in range(rounds):
         for side in ("released", "patched"):
@@ -116,13 +135,13 @@ def times(python: str, over: Path, device: str, ops: str, rounds: int, repeats: 
     return rows
 
 
-def grads(python: str, over: Path, device: str) -> dict:
+def grads(python: str, over: Overlay, device: str) -> dict:
     dtypes = "float16,float32" if device == "cuda" else "float32"
     return {side: json.loads(_child([python, "-c", GRADS, device, dtypes], side, over, check=True).stdout)
             for side in ("released", "patched")}
 
 
-def upstream(python: str, over: Path, archive: Path, tests: list[str], work: Path) -> dict:
+def upstream(python: str, over: Overlay, archive: Path, tests: list[str], work: Path) -> dict:
     """Upstream's test files on each side, through mmstack.verify.upstream_tests (as the recipe runs them)."""
     with tarfile.open(archive) as tar:
         top = tar.getnames()[0].split("/")[0]
@@ -139,7 +158,7 @@ def upstream(python: str, over: Path, archive: Path, tests: list[str], work: Pat
     return out
 
 
-def detector(python: str, over: Path, device: str, batches: list[int], repeats: int) -> list[dict]:
+def detector(python: str, over: Overlay, device: str, batches: list[int], repeats: int) -> list[dict]:
     """bench_detector.py on each side at each batch size: mmdet's it/s released and patched."""
     rows = []
     for bs in batches:
@@ -191,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = ap.parse_args(argv)
     if not args.patch.is_file():
-        print(f"{args.patch}: no such patch file; --patch names a recipes/mmcv/proposed/*.patch", file=sys.stderr)
+        print(f"{args.patch}: no such patch file; --patch names a recipes/{{mmcv,mmdet}}/{{patches,proposed}}/*.patch", file=sys.stderr)
         return 2
     # the patch header's `patch_ab:` line gives defaults; the command line wins
     args = ap.parse_args(header_args(args.patch) + argv)
@@ -200,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
         over = overlay(args.patch, Path(tmp) / "overlay", python, args.package)
         result = {"what": f"released (installed) {args.package} against the same with a Python-level patch applied",
                   "package": args.package, "patch": args.patch.name, "patch_sha256": hashlib.sha256(args.patch.read_bytes()).hexdigest(),
-                  "device": args.device, "rounds": args.rounds, "repeats": args.repeats, "iters": args.iters}
+                  "installed_carries_patch": over.side == "released", "device": args.device, "rounds": args.rounds, "repeats": args.repeats, "iters": args.iters}
         probe = "import torch, mmcv; print(torch.__version__, mmcv.__version__, torch.cuda.get_device_name() if torch.cuda.is_available() else '-')"
         result["versions"] = subprocess.run([python, "-c", probe], capture_output=True, text=True, check=True).stdout.split()
         result["times"] = times(python, over, args.device, args.ops, args.rounds, args.repeats, args.iters) if args.ops else []

@@ -388,31 +388,80 @@ def _ccache_recipe(docs) -> tuple[list[str], list[list[object]]]:
 
 
 def _ops_full(docs) -> tuple[list[str], list[list[object]]]:
-    """bench_ops.py --full on the recipe's package: every op torchvision also has, fp32 and fp16."""
+    """bench_ops.py --full on the recipe's package: every op torchvision also has, fp32 and fp16;
+    with a second source, that earlier package's ratio beside each row."""
+    before = {(o["op"], o["shape"], o["dtype"], o["pass"]): o for o in docs[1]["ops"]} if len(docs) > 1 else None
     rows = []
     for o in docs[0]["ops"]:
         tv = o.get("torchvision_us")
-        rows.append([o["op"], o["shape"], o["dtype"], o["pass"], f"{o['mmcv_us']:,.1f}", fmt(tv, "{:,.1f}"),
-                     fmt(o.get("ratio_tv_over_mmcv"), "{:.2f}")])
-    return ["op", "shape", "dtype", "pass", "mmcv µs", "torchvision µs", "torchvision / mmcv"], rows
+        row = [o["op"], o["shape"], o["dtype"], o["pass"], f"{o['mmcv_us']:,.1f}", fmt(tv, "{:,.1f}"),
+               fmt(o.get("ratio_tv_over_mmcv"), "{:.2f}")]
+        if before is not None:
+            row.append(fmt((before.get((o["op"], o["shape"], o["dtype"], o["pass"])) or {}).get("ratio_tv_over_mmcv"), "{:.2f}"))
+        rows.append(row)
+    header = ["op", "shape", "dtype", "pass", "mmcv µs", "torchvision µs", "torchvision / mmcv"]
+    return header + (["before: torchvision / mmcv"] if before is not None else []), rows
 
 
 _BATCHES = ("2", "8", "16")
+_P10, _P3 = "0010-roi-align-half-backward-in-float", "0003-randperm-on-the-gallerys-device"
 
 
 def _detector_batches(docs) -> tuple[list[str], list[list[object]]]:
-    """bench_detector.py at batch 2, 8 and 16: mmdet's Faster R-CNN against torchvision's matched one."""
+    """bench_detector.py at batch 2, 8 and 16: mmdet's Faster R-CNN against torchvision's matched one;
+    with three more sources (an earlier package's runs), its ratio beside each row."""
+    now, before = docs[:len(_BATCHES)], docs[len(_BATCHES):]
     rows = []
-    for bs, d in zip(_BATCHES, docs, strict=True):
+    for i, (bs, d) in enumerate(zip(_BATCHES, now, strict=True)):
         mm, tv = d["results"]["mmdet"], d["results"]["torchvision-matched"]
         ok = all(r["losses_finite"] and r["loss_last"] < r["loss_first"] for r in (mm, tv))
-        rows.append([bs, f"{mm['iters_per_s']:.2f}", " ".join(f"{x:.1f}" for x in mm["iters_per_s_all"]),
-                     f"{tv['iters_per_s']:.2f}", " ".join(f"{x:.1f}" for x in tv["iters_per_s_all"]),
-                     f"{mm['iters_per_s'] / tv['iters_per_s']:.2f}", f"{mm['iters_per_s'] * int(bs):.1f}",
-                     f"{tv['iters_per_s'] * int(bs):.1f}", f"{mm['max_memory_mib']:,.0f} / {tv['max_memory_mib']:,.0f}",
-                     "both fall" if ok else "check losses"])
+        row = [bs, f"{mm['iters_per_s']:.2f}", " ".join(f"{x:.1f}" for x in mm["iters_per_s_all"]),
+               f"{tv['iters_per_s']:.2f}", " ".join(f"{x:.1f}" for x in tv["iters_per_s_all"]),
+               f"{mm['iters_per_s'] / tv['iters_per_s']:.2f}"]
+        if before:
+            b = before[i]["results"]
+            row.append(f"{b['mmdet']['iters_per_s'] / b['torchvision-matched']['iters_per_s']:.2f}")
+        rows.append(row + [f"{mm['iters_per_s'] * int(bs):.1f}", f"{tv['iters_per_s'] * int(bs):.1f}",
+                           f"{mm['max_memory_mib']:,.0f} / {tv['max_memory_mib']:,.0f}", "both fall" if ok else "check losses"])
     return ["batch", "mmdet it/s", "per timing", "torchvision it/s", "per timing", "mmdet / torchvision",
+            *(["before: mmdet / torchvision"] if before else []),
             "mmdet images/s", "torchvision images/s", "peak MiB (mmdet / tv)", "loss"], rows
+
+
+def _patch_ab_times(docs) -> tuple[list[str], list[list[object]]]:
+    """patch_ab.py: an op's time released and patched (medians of the rounds), torchvision beside it."""
+    rows = []
+    for r in docs[0]["times"]:
+        rows.append([r["shape"], r["dtype"], r["pass"], f"{r['released_median_us']:,.1f}", f"{r['patched_median_us']:,.1f}",
+                     f"{r['patched_over_released']:.2f}", fmt(r.get("torchvision_over_patched"), "{:.2f}")])
+    return ["shape", "dtype", "pass", "released µs", "patched µs", "patched / released", "torchvision / patched"], rows
+
+
+def _patch_ab_grads(docs) -> tuple[list[str], list[list[object]]]:
+    """patch_ab.py: roi_align's input gradient against the same computation in float64."""
+    g = docs[0]["grads"]
+    rows = []
+    for rel, pat in zip(g["released"], g["patched"], strict=True):
+        rows.append([rel["shape"], rel["dtype"], f"{rel['grad_max_abs_err']:.3g}", f"{pat['grad_max_abs_err']:.3g}",
+                     f"{rel['grad_mean_abs_err']:.3g}", f"{pat['grad_mean_abs_err']:.3g}", f"{rel['ref_max_abs']:.3g}"])
+    return ["shape", "dtype", "max abs error released", "patched", "mean abs error released", "patched",
+            "largest gradient"], rows
+
+
+def _patch_ab_detector(docs) -> tuple[list[str], list[list[object]]]:
+    """patch_ab.py --detector: mmdet's it/s with each patch reversed (released) and applied (patched)."""
+    rows = []
+    for d in docs:
+        for r in d.get("detector", []):
+            rel, pat = r["released"], r["patched"]
+            drift = pat["torchvision-matched"]["iters_per_s"] / rel["torchvision-matched"]["iters_per_s"]
+            rows.append([f"{d['package']} {d['patch'][:4]}", r["batch_size"],
+                         f"{rel['mmdet']['iters_per_s']:.2f} ({' '.join(f'{x:.1f}' for x in rel['mmdet']['iters_per_s_all'])})",
+                         f"{pat['mmdet']['iters_per_s']:.2f} ({' '.join(f'{x:.1f}' for x in pat['mmdet']['iters_per_s_all'])})",
+                         fmt(r.get("mmdet_patched_over_released"), "{:.2f}"), f"{drift:.2f}",
+                         "yes" if all(s["mmdet"]["losses_finite"] for s in (rel, pat)) else "no"])
+    return ["patch", "batch", "released it/s (per timing)", "patched it/s (per timing)", "patched / released",
+            "torchvision's own drift (same run)", "losses finite"], rows
 
 
 _SEAMS = {"rpn": ("rpn.targets", "rpn.loss", "rpn.proposals"),
@@ -503,10 +552,17 @@ TABLES: dict[str, Table] = {
     "h200-recipe5-builds": Table(sources=["h200/recipe-run5/summary.json"], build=_recipe_builds),
     "h200-recipe5-prefix": Table(sources=["h200/recipe-run5/summary.json"], build=_recipe_prefix),
     "h200-recipe5-ladder": Table(sources=["h200/recipe-run5/bench_ladder_sm90.json"], build=_ladder_bench),
-    "h200-ops-full": Table(sources=["h200/recipe-run5/ops_full_sm90.json"], build=_ops_full),
-    "h200-detector-batches": Table(sources=[f"h200/recipe-run5/detector_bs{bs}_sm90.json" for bs in _BATCHES],
+    "h200-recipe6-builds": Table(sources=["h200/recipe-run6/summary.json"], build=_recipe_builds),
+    "h200-recipe6-prefix": Table(sources=["h200/recipe-run6/summary.json"], build=_recipe_prefix),
+    "h200-patchab-roi-align": Table(sources=[f"h200/recipe-run6/patchab_mmcv-{_P10}.json"], build=_patch_ab_times),
+    "h200-patchab-grads": Table(sources=[f"h200/recipe-run6/patchab_mmcv-{_P10}.json"], build=_patch_ab_grads),
+    "h200-patchab-detector": Table(sources=[f"h200/recipe-run6/patchab_mmcv-{_P10}.json",
+                                            f"h200/recipe-run6/patchab_mmdet-{_P3}.json"], build=_patch_ab_detector),
+    "h200-ops-full": Table(sources=["h200/recipe-run6/ops_full_sm90.json", "h200/recipe-run5/ops_full_sm90.json"],
+                           build=_ops_full),
+    "h200-detector-batches": Table(sources=[f"h200/recipe-run{r}/detector_bs{bs}_sm90.json" for r in (6, 5) for bs in _BATCHES],
                                    build=_detector_batches),
-    "h200-detector-stages": Table(sources=[f"h200/recipe-run5/stages_bs{bs}_sm90.json" for bs in _BATCHES],
+    "h200-detector-stages": Table(sources=[f"h200/recipe-run6/stages_bs{bs}_sm90.json" for bs in _BATCHES],
                                   build=_detector_stages),
     "h200-nms-anatomy": Table(sources=["h200/nms-anatomy-1/nms_anatomy.json"], build=_nms_anatomy),
     "h200-nms-anatomy-2": Table(sources=["h200/nms-anatomy-2/nms_anatomy.json"], build=_nms_anatomy),
@@ -518,7 +574,7 @@ TABLES: dict[str, Table] = {
     "cpu-detector": Table(sources=["cpu-dev/detector_cpu.json"], build=_cpu_detector),
 }
 
-_R5 = "h200/recipe-run5"
+_R5, _R6 = "h200/recipe-run5", "h200/recipe-run6"
 
 
 def _op(doc, op, shape_start, dtype="float32", passes="forward"):
@@ -530,28 +586,57 @@ def _profile(doc, side="mmdet"):
     return doc["results"][side]
 
 
-def _stage_ratio_range(key):
+def _stage_ratio_range(run, key="iters_per_s"):
     """min-max over batch sizes of mmdet/torchvision for a detector_bs*.json key."""
-    ratios = [load(f"{_R5}/detector_bs{bs}_sm90.json")["results"] for bs in _BATCHES]
+    ratios = [load(f"{run}/detector_bs{bs}_sm90.json")["results"] for bs in _BATCHES]
     vals = [r["mmdet"][key] / r["torchvision-matched"][key] for r in ratios]
-    return f"{min(vals):.1f}-{max(vals):.1f}"
+    return f"{min(vals):.2f}-{max(vals):.2f}"
+
+
+def _range(values, spec="{:.2f}"):
+    values = list(values)
+    return f"{spec.format(min(values))}-{spec.format(max(values))}"
+
+
+def _fp16_fwd_bwd(doc, op, key="ratio_tv_over_mmcv", rows="ops"):
+    return [o[key] for o in doc[rows] if o.get("op", op) == op and o["dtype"] == "float16" and o["pass"] == "forward+backward"]
+
+
+def _upstream_counts(doc):
+    sides = {side: doc["upstream"][side]["counts"] for side in ("released", "patched")}
+    c = sides["patched"]
+    text = f"{c['passed']} passed, {c['failed']} failed, {c['skipped']} skipped"
+    return text + (" on both sides" if sides["released"] == c else f" (released: {sides['released']})")
 
 
 VALUES: dict[str, Value] = {
-    "h200-fp16-bwd-ratio-range": Value(f"{_R5}/ops_full_sm90.json", compute=lambda d: "{:.2f}-{:.2f}".format(*(
-        f(o["ratio_tv_over_mmcv"] for o in d["ops"] if o["dtype"] == "float16" and o["pass"] == "forward+backward")
-        for f in (min, max)))),
-    "h200-batched-nms-10k-ratio": Value(f"{_R5}/ops_full_sm90.json", spec="{:.2f}",
+    "h200-r5-roi-align-fp16-bwd-range": Value(f"{_R5}/ops_full_sm90.json",
+                                              compute=lambda d: _range(_fp16_fwd_bwd(d, "roi_align"))),
+    "h200-roi-align-fp16-bwd-range": Value(f"{_R6}/ops_full_sm90.json",
+                                           compute=lambda d: _range(_fp16_fwd_bwd(d, "roi_align"))),
+    "h200-deform-fp16-bwd-ratio": Value(f"{_R6}/ops_full_sm90.json", spec="{:.2f}",
+                                        compute=lambda d: _fp16_fwd_bwd(d, "deform_conv2d")[0]),
+    "h200-patchab-0010-range": Value(f"{_R6}/patchab_mmcv-{_P10}.json",
+                                     compute=lambda d: _range(_fp16_fwd_bwd(d, "roi_align", "patched_over_released", "times"))),
+    "h200-patchab-0010-upstream": Value(f"{_R6}/patchab_mmcv-{_P10}.json", compute=_upstream_counts),
+    "h200-batched-nms-10k-ratio": Value(f"{_R6}/ops_full_sm90.json", spec="{:.2f}",
                                         compute=lambda d: _op(d, "batched_nms", "10000 ")["ratio_tv_over_mmcv"]),
-    "h200-nms-100-ratio": Value(f"{_R5}/ops_full_sm90.json", spec="{:.2f}",
+    "h200-nms-100-ratio": Value(f"{_R6}/ops_full_sm90.json", spec="{:.2f}",
                                 compute=lambda d: _op(d, "nms", "100 ")["ratio_tv_over_mmcv"]),
-    "h200-detector-ratio-range": Value(f"{_R5}/detector_bs2_sm90.json", compute=lambda _d: _stage_ratio_range("iters_per_s")),
-    "h200-profile-busy-ms": Value(f"{_R5}/profile_sm90.json", spec="{:.1f}",
-                                  compute=lambda d: _profile(d)["gpu_busy_ms_per_iter"]),
-    "h200-profile-wall-ms": Value(f"{_R5}/profile_sm90.json", spec="{:.1f}",
-                                  compute=lambda d: _profile(d)["wall_ms_per_iter"]),
-    "h200-profile-top-kernel-ms": Value(f"{_R5}/profile_sm90.json", spec="{:.1f}",
-                                        compute=lambda d: _profile(d)["top_kernels"][0]["ms_per_iter"]),
+    "h200-detector-ratio-range": Value(f"{_R6}/detector_bs2_sm90.json", compute=lambda _d: _stage_ratio_range(_R6)),
+    "h200-r5-detector-ratio-range": Value(f"{_R5}/detector_bs2_sm90.json", compute=lambda _d: _stage_ratio_range(_R5)),
+    "h200-r5-profile-busy-ms": Value(f"{_R5}/profile_sm90.json", spec="{:.1f}",
+                                     compute=lambda d: _profile(d)["gpu_busy_ms_per_iter"]),
+    "h200-r5-profile-top-kernel-ms": Value(f"{_R5}/profile_sm90.json", spec="{:.1f}",
+                                           compute=lambda d: _profile(d)["top_kernels"][0]["ms_per_iter"]),
+    **{f"h200-profile{bs}-{side[:2]}-{name}": Value(f"{_R6}/{f}", spec=spec, compute=lambda d, s=side, k=key: _profile(d, s)[k])
+       for bs, f in (("2", "profile_sm90.json"), ("8", "profile_bs8_sm90.json"))
+       for side in ("mmdet", "torchvision-matched")
+       for name, key, spec in (("busy-ms", "gpu_busy_ms_per_iter", "{:.1f}"), ("wall-ms", "wall_ms_per_iter", "{:.1f}"),
+                               ("idle-ms", "gpu_idle_ms_per_iter", "{:.1f}"), ("launches", "kernel_launches_per_iter", "{:,.0f}"))},
+    "h200-run6-longest-unit": Value(f"{_R6}/summary.json", compute=lambda d: "`{unit}` ({s:.0f} s)".format(
+        **d["builds"]["sm90"]["compile"]["longest_unit"])),
+    "h200-run6-span-over-limit": Value(f"{_R6}/summary.json", "builds.sm90.compile.span_over_limit", spec="{:.3f}"),
     "cpu-ci-run-min": Value("cpu-dev/ci_run.json", compute=lambda d: d["wall_s"] / 60, spec="{:.0f}"),
     "cpu-ci-pytest-passed": Value("cpu-dev/ci_run.json", "pytest.passed"),
     "cpu-fast-suite-s": Value("cpu-dev/fast_suite.json", "wall_s", spec="{:.0f}"),
@@ -588,7 +673,7 @@ class Plot:
 
 
 _BUILDS = {"recipe-run1": ("sm90", "ptx", "sm90nt"), "recipe-run2": ("sm90",), "recipe-run3": ("sm90",), "recipe-run4": ("sm90",),
-           "recipe-run5": ("ptx",)}
+           "recipe-run5": ("ptx",), "recipe-run6": ("sm90",)}
 PLOTS: dict[str, Plot] = {
     **{f"h200-units-{run}-{tag}": Plot(
         sources=[f"h200/{run}/units_{tag}.json", f"h200/{run}/rattler-build-{tag}.log", f"h200/{run}/machine.txt"],

@@ -1,11 +1,11 @@
-"""Issue 24 item 3: candidate 0009 (recipes/mmcv/proposed/) splits filtered_lrelu.cu's kernels over
+"""Issue 24 item 3: patch 0009 (recipes/mmcv/patches/) splits filtered_lrelu.cu's kernels over
 six compile units, so no unit of the op sets the build's compile span (nor compiles every arch of
 a fat build alone).
 
 It changes host code too (each unit has its own filter buffers; the kernel spec carries the copy
-into them), so it waits outside the recipe until upstream's test_filtered_lrelu and L4 have run
-it on a GPU (`PROPOSED=1 scripts/gpu-proof.sh`). Here: it applies after the recipe's patches
-without fuzz, the new units are where setup.py's glob finds them, patch 0007's longest-first
+into them), so it entered the recipe after upstream's test_filtered_lrelu and L4 ran it on the
+H200 (`PROPOSED=1 scripts/gpu-proof.sh`, benchmarks/results/h200/recipe-run6/; its longest unit
+there is in tests/test_gpu_proof.py). Here: it applies in the recipe's order without fuzz, the new units are where setup.py's glob finds them, patch 0007's longest-first
 list no longer names the split unit, and the committed compile measurement
 (benchmarks/results/cpu-dev/filtered_lrelu_split.json) is of this very file and shows every
 piece under a quarter of the original with the same SASS for every kernel.
@@ -22,7 +22,7 @@ import pytest
 from support.offline import patched_sdist
 
 ROOT = Path(__file__).resolve().parents[1]
-PATCH = ROOT / "recipes" / "mmcv" / "proposed" / "0009-split-filtered-lrelu-unit.patch"
+PATCH = ROOT / "recipes" / "mmcv" / "patches" / "0009-split-filtered-lrelu-unit.patch"
 RESULT = ROOT / "benchmarks" / "results" / "cpu-dev" / "filtered_lrelu_split.json"
 CUDA = "mmcv/ops/csrc/pytorch/cuda"
 UNITS = [f"filtered_lrelu_{s}_{t}.cu" for s in ("wr", "rd", "ns") for t in ("half", "float")]
@@ -30,7 +30,7 @@ UNITS = [f"filtered_lrelu_{s}_{t}.cu" for s in ("wr", "rd", "ns") for t in ("hal
 
 @pytest.mark.skipif(shutil.which("patch") is None, reason="GNU patch is not installed")
 def test_split_applies_after_the_recipes_patches_and_setup_finds_its_units(tmp_path):
-    work = patched_sdist("mmcv", tmp_path, (PATCH,))
+    work = patched_sdist("mmcv", tmp_path)
     found = {p.name for p in (work / CUDA).glob("*.cu")}  # setup.py: glob('./mmcv/ops/csrc/pytorch/cuda/*.cu')
     assert set(UNITS) | {"filtered_lrelu.cu"} <= found
     setup = (work / "setup.py").read_text()

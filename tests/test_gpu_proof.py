@@ -56,9 +56,10 @@ RUN2 = RUN1.with_name("recipe-run2")
 RUN3 = RUN1.with_name("recipe-run3")
 RUN4 = RUN1.with_name("recipe-run4")
 RUN5 = RUN1.with_name("recipe-run5")
+RUN6 = RUN1.with_name("recipe-run6")
 
 
-@pytest.mark.parametrize("run", [RUN1, RUN2, RUN3, RUN4, RUN5], ids=lambda p: p.name)
+@pytest.mark.parametrize("run", [RUN1, RUN2, RUN3, RUN4, RUN5, RUN6], ids=lambda p: p.name)
 def test_recipe_run_summary_is_what_the_script_makes_of_the_committed_files(run):
     if not run.is_dir():
         pytest.skip(f"no committed {run.name} results")
@@ -68,7 +69,7 @@ def test_recipe_run_summary_is_what_the_script_makes_of_the_committed_files(run)
 
 
 @pytest.mark.parametrize("run,suites", [(RUN2, "tests/test_ops"), (RUN3, "tests/test_ops tests/test_cnn"),
-                                       (RUN4, "tests/test_ops tests/test_cnn")],
+                                       (RUN4, "tests/test_ops tests/test_cnn"), (RUN6, "tests/test_ops tests/test_cnn")],
                          ids=lambda x: getattr(x, "name", x))
 def test_recipe_run_tested_sm90_package_landed_with_upstream_tests_on_the_h200(run, suites):
     """issue 20: the sm_90 build passed its whole test section on the GPU and landed; its sandbox
@@ -163,3 +164,24 @@ def test_schedule_replay_of_the_current_patch_is_the_committed_one():
     assert got["orders"] == want["orders"]
     spans = {name: row["span_s"] for name, row in got["orders"].items()}
     assert spans["patch 0007"] < spans["setuptools (sorted by path)"]
+
+
+def test_recipe_run6_built_the_patches_that_entered_the_recipe_and_no_unit_sets_the_span():
+    """issue 24: the sm_90 build with patches 0009/0010 (and mmdet's 0003) as candidates passed
+    its test section on the H200 (upstream's test_filtered_lrelu and test_roi_align among the
+    passes) and the patched mmdet its own; with 0009 no filtered_lrelu unit is the longest, and
+    the compile span is within 1.1x of its parallel limit."""
+    summary = json.loads((RUN6 / "summary.json").read_text())
+    built = (RUN6 / "proposed.txt").read_text()
+    assert all(n in built for n in ("mmcv/0009-", "mmcv/0010-", "mmdet/0003-"))
+    sm90, mmdet = summary["builds"]["sm90"], summary["builds"]["mmdet"]
+    assert mmdet["command_rc"] == 0 and mmdet["tests_run"] and mmdet["landed_in_channel"]
+    (upstream,) = sm90["packages"][0]["test_results"]
+    for f in ("tests/test_ops/test_filtered_lrelu.py", "tests/test_ops/test_roi_align.py"):
+        assert upstream["by_file"][f]["passed"] >= 1 and not upstream["by_file"][f].get("failed")
+    comp = sm90["compile"]
+    assert not comp["longest_unit"]["unit"].startswith("filtered_lrelu")
+    assert comp["span_over_limit"] <= 1.1
+    log = read_log(RUN6 / "rattler-build-sm90.log")  # the six kernel units compiled, each alone
+    assert all(f"filtered_lrelu_{s}_{t}.o" in log for s in ("wr", "rd", "ns") for t in ("half", "float"))
+    assert summary["installed_prefix_ladder"]["sm90"]["levels"]["L5"]["status"] == "PASS"

@@ -1,16 +1,21 @@
-"""Issue 24: a Python-level candidate patch (recipes/mmcv/proposed/) and benchmarks/patch_ab.py,
-which measures it against the installed mmcv it would change.
+"""Issue 24: Python-level patches of the recipes (mmcv 0010, mmdet 0003) and benchmarks/patch_ab.py,
+which measures one against the installed package, released and patched side by side.
 
-The candidate 0009 changes only the CUDA fp16 path of roi_align's backward, which runs on a GPU
-alone (patch_ab.py on the lent H200, stage `patchab` of scripts/gpu-proof.sh). Here: it applies
-after the recipe's patches, it leaves every CPU result bit for bit as released (the real mmcv
-built by the e2e test, its A/B through patch_ab.py), it is not in the recipe before it has run
-on a GPU, and patch_ab.py refuses a missing patch with exit 2.
+mmcv's 0010 changes only the CUDA fp16 path of roi_align's backward, which runs on a GPU alone
+(patch_ab.py on the lent H200, stage `patchab` of scripts/gpu-proof.sh). Both entered their
+recipes after the H200 run recipe-run6 built them (PROPOSED=1) with the whole test section on the
+GPU and patch_ab.py measured them (the installed package carried the patch, so the overlay
+reversed it). Here: each applies in the recipe's order without fuzz, the GPU run was of these very
+files, the overlay applies or reverses a patch and refuses one that does neither, it leaves every
+CPU result bit for bit (the real mmcv built by the e2e test), and patch_ab.py refuses a missing
+patch with exit 2.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -20,8 +25,9 @@ import pytest
 from support.offline import patched_sdist
 
 ROOT = Path(__file__).resolve().parents[1]
-PROPOSED = ROOT / "recipes" / "mmcv" / "proposed"
-CANDIDATE = PROPOSED / "0010-roi-align-half-backward-in-float.patch"
+CANDIDATE = ROOT / "recipes" / "mmcv" / "patches" / "0010-roi-align-half-backward-in-float.patch"
+MMDET_CANDIDATE = ROOT / "recipes" / "mmdet" / "patches" / "0003-randperm-on-the-gallerys-device.patch"
+RUN6 = ROOT / "benchmarks" / "results" / "h200" / "recipe-run6"
 SCRIPT = ROOT / "benchmarks" / "patch_ab.py"
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -29,8 +35,8 @@ import patch_ab  # noqa: E402
 
 
 @pytest.mark.skipif(shutil.which("patch") is None, reason="GNU patch is not installed")
-def test_candidate_applies_after_the_recipes_patches_without_fuzz(tmp_path):
-    work = patched_sdist("mmcv", tmp_path, (CANDIDATE,))
+def test_0010_applies_in_the_recipes_order_without_fuzz(tmp_path):
+    work = patched_sdist("mmcv", tmp_path)
     text = (work / "mmcv" / "ops" / "roi_align.py").read_text()
     backward = text[text.index("def backward"):text.index("roi_align = RoIAlignFunction.apply")]
     assert "grad_output.is_cuda and grad_output.dtype == torch.half" in backward
@@ -38,12 +44,34 @@ def test_candidate_applies_after_the_recipes_patches_without_fuzz(tmp_path):
     compile(text, "roi_align.py", "exec")
 
 
-def test_candidates_wait_outside_the_recipe_until_they_ran_on_a_gpu():
-    """recipes/mmcv/patches/README.md: a patch that changes the CUDA path enters after a GPU run."""
-    for recipe in ("recipe.yaml", "meta.yaml"):
-        text = (ROOT / "recipes" / "mmcv" / recipe).read_text()
-        for p in PROPOSED.glob("*.patch"):
-            assert p.name not in text
+def _diff_sha256(text: str) -> str:
+    """A patch's diff, from its first `--- a/` line: its header may be edited after the GPU run."""
+    return hashlib.sha256(text[text.index("\n--- a/") + 1:].encode()).hexdigest()
+
+
+def test_the_patches_entered_their_recipes_after_the_gpu_run_of_these_very_diffs():
+    """recipes/mmcv/patches/README.md: a patch that changes the CUDA path enters after a GPU run.
+    recipe-run6 built them with PROPOSED=1 (proposed.txt: the files' sha256, proposed_diffs.json:
+    their diffs') and its test section passed on the H200; patch_ab.py measured 0010 and mmdet's
+    0003 there and upstream's roi_align tests passed alike on both sides."""
+    built = dict(line.split()[::-1] for line in (RUN6 / "proposed.txt").read_text().splitlines())
+    diffs = json.loads((RUN6 / "proposed_diffs.json").read_text())["diff_sha256"]
+    assert set(diffs) == set(built)
+    for patch in (CANDIDATE, MMDET_CANDIDATE, ROOT / "recipes" / "mmcv" / "patches" / "0009-split-filtered-lrelu-unit.patch"):
+        key = f"{patch.parents[1].name}/{patch.name}"
+        assert diffs[key] == _diff_sha256(patch.read_text()), f"{key} changed since the H200 run"
+        for recipe in ("recipe.yaml", "meta.yaml"):
+            assert f"patches/{patch.name}" in (ROOT / "recipes" / patch.parents[1].name / recipe).read_text()
+    status = (RUN6 / "STATUS").read_text()
+    assert "sm90 build rc=0" in status and "verify sm90 rc=0" in status
+    for patch, name in ((CANDIDATE, "mmcv-0010"), (MMDET_CANDIDATE, "mmdet-0003")):
+        (result,) = RUN6.glob(f"patchab_{name}-*.json")
+        doc = json.loads(result.read_text())
+        assert doc["patch_sha256"] == built[f"{patch.parents[1].name}/{patch.name}"]  # the file that was built
+        assert doc["installed_carries_patch"] is True
+    up = json.loads(next(RUN6.glob("patchab_mmcv-0010-*.json")).read_text())["upstream"]
+    assert up["released"]["counts"] == up["patched"]["counts"] and up["patched"]["counts"]["failed"] == 0
+    assert up["patched"]["counts"]["passed"] > 0
     assert CANDIDATE.name in (ROOT / "recipes" / "mmcv" / "patches" / "README.md").read_text()
 
 
@@ -90,30 +118,50 @@ def test_overlay_refuses_a_patch_that_does_not_apply(tmp_path, monkeypatch):
         patch_ab.overlay(CANDIDATE, tmp_path / "overlay", sys.executable)
 
 
-MMDET_CANDIDATE = ROOT / "recipes" / "mmdet" / "proposed" / "0003-randperm-on-the-gallerys-device.patch"
-
 
 @pytest.mark.skipif(shutil.which("patch") is None, reason="GNU patch is not installed")
-def test_mmdet_candidate_applies_after_the_mmdet_recipes_patches_and_waits_outside_it(tmp_path):
-    work = patched_sdist("mmdet", tmp_path, (MMDET_CANDIDATE,))
+def test_mmdet_0003_applies_in_the_mmdet_recipes_order(tmp_path):
+    work = patched_sdist("mmdet", tmp_path)
     text = (work / "mmdet" / "models" / "task_modules" / "samplers" / "random_sampler.py").read_text()
     assert "gallery.numel(), device=gallery.device)[:num]" in text
-    for recipe in ("recipe.yaml", "meta.yaml"):
-        assert MMDET_CANDIDATE.name not in (ROOT / "recipes" / "mmdet" / recipe).read_text()
+    assert "torch.randperm(gallery.numel())[:num].to(" not in text
     assert patch_ab.header_args(MMDET_CANDIDATE)[:2] == ["--package", "mmdet"]
 
 
+@pytest.mark.skipif(shutil.which("patch") is None, reason="GNU patch is not installed")
+def test_overlay_reverses_a_patch_the_installed_package_already_carries(tmp_path, monkeypatch):
+    """The H200 packages of recipe-run6 carried 0010: the overlay is then the released side."""
+    carrying, released = patched_sdist("mmcv", tmp_path / "a"), tmp_path / "b"
+    released.mkdir()
+    import tarfile
+
+    from support.offline import cached_sdist
+    with tarfile.open(cached_sdist("mmcv")) as tf:
+        tf.extractall(released, filter="data")
+    (released,) = [p for p in released.iterdir() if p.is_dir()]
+    site = tmp_path / "site"
+    (site / "mmcv" / "ops").mkdir(parents=True)
+    (site / "mmcv" / "__init__.py").write_text("")
+    shutil.copy(carrying / "mmcv" / "ops" / "roi_align.py", site / "mmcv" / "ops" / "roi_align.py")
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    over = patch_ab.overlay(CANDIDATE, tmp_path / "overlay", sys.executable)
+    assert over.side == "released"
+    assert (over.path / "mmcv" / "ops" / "roi_align.py").read_text() == \
+        (released / "mmcv" / "ops" / "roi_align.py").read_text()
+    assert patch_ab._env("released", over)["PYTHONPATH"].split(os.pathsep)[0] == str(over.path)
+    assert patch_ab._env("patched", over)["PYTHONPATH"] == str(site)
+
+
 @pytest.mark.slow
-def test_mmdet_candidate_samples_as_many_distinct_members_of_the_gallery(real_mmcv_python, tmp_path):
-    """The patched RandomSampler, in an overlay over the e2e prefix's real mmdet, on the CPU."""
-    over = patch_ab.overlay(MMDET_CANDIDATE, tmp_path / "overlay", real_mmcv_python, "mmdet")
-    code = ("import torch; from mmdet.models.task_modules.samplers import RandomSampler as R; import mmdet, json\n"
+def test_mmdet_0003_samples_as_many_distinct_members_of_the_gallery(real_mmcv_python):
+    """The patched RandomSampler of the e2e prefix's real mmdet (the recipe's build), on the CPU."""
+    code = ("import torch, inspect; from mmdet.models.task_modules.samplers import RandomSampler as R; import mmdet, json\n"
             "s = R(num=256, pos_fraction=0.5); g = torch.arange(1000, 5000)\n"
             "torch.manual_seed(0); a = s.random_choice(g, 128)\n"
-            "print(json.dumps({'file': mmdet.__file__, 'n': a.numel(), 'unique': a.unique().numel(),"
-            " 'inside': bool(((a >= 1000) & (a < 5000)).all())}))")
-    done = subprocess.run([real_mmcv_python, "-c", code], capture_output=True, text=True, timeout=300,
-                          env={**patch_ab._env("patched", over), "PYTHONPATH": str(over)})
+            "print(json.dumps({'patched': 'device=gallery.device)[:num]' in inspect.getsource(R.random_choice),"
+            " 'n': a.numel(), 'unique': a.unique().numel(), 'inside': bool(((a >= 1000) & (a < 5000)).all())}))")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run([real_mmcv_python, "-c", code], capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stderr[-1500:]
     doc = json.loads(done.stdout.strip().splitlines()[-1])
-    assert doc["file"].startswith(str(over)) and doc == {**doc, "n": 128, "unique": 128, "inside": True}
+    assert doc == {"patched": True, "n": 128, "unique": 128, "inside": True}

@@ -50,6 +50,7 @@ def test_one_noarch_python_package_from_the_pypi_sdist(rendered):
     assert source["patches"] == [
         "patches/0001-admit-mmcv-2.2.patch",
         "patches/0002-build-without-torch.patch",
+        "patches/0003-randperm-on-the-gallerys-device.patch",
     ]
     assert all((RECIPE_DIR / p).is_file() for p in source["patches"])
     # A noarch package built from pure-Python sources: no pytorch, no compilers in the build.
