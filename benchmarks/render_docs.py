@@ -421,7 +421,7 @@ def _detector_batches(docs) -> tuple[list[str], list[list[object]]]:
         if before:
             b = before[i]["results"]
             row.append(f"{b['mmdet']['iters_per_s'] / b['torchvision-matched']['iters_per_s']:.2f}")
-        rows.append(row + [f"{mm['iters_per_s'] * int(bs):.1f}", f"{tv['iters_per_s'] * int(bs):.1f}",
+        rows.append([*row, f"{mm['iters_per_s'] * int(bs):.1f}", f"{tv['iters_per_s'] * int(bs):.1f}",
                            f"{mm['max_memory_mib']:,.0f} / {tv['max_memory_mib']:,.0f}", "both fall" if ok else "check losses"])
     return ["batch", "mmdet it/s", "per timing", "torchvision it/s", "per timing", "mmdet / torchvision",
             *(["before: mmdet / torchvision"] if before else []),
