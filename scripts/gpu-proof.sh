@@ -29,6 +29,9 @@
 #   install90 the .conda into a fresh prefix with py-rattler (+ mmdet, mmstack), then
 #             `mmstack verify --expect-gpu --levels L1..L5 --model faster-rcnn,faster-rcnn-mdconv`
 #   ptx       the same recipe for `8.0+PTX` (runs on sm_90 only through the driver's JIT)
+#   fat       the same recipe for the fat variant (arch_tag all, the stand-in pytorch's arch list),
+#             with its tests; over 600 s on 16 cores: `STAGES="channel seed fat" ... --start 570`, then
+#             `--collect 570` calls back to back (issue 24 item 3; not run yet)
 #   installptx  as install90, for the PTX build, plus `mmstack arch check` for the prediction
 #   seed      the .conda files of an earlier call ($CARRY/packages, as `--collect` returned them
 #             under $OUT/packages) added to the channel instead of rebuilding them
@@ -270,6 +273,19 @@ if want mmdet; then
     tail -20 "$RES/build_mmdet.err"
     build mmdetnt --env h100 --recipe "$W/recipes/mmdet" --no-test "${VARIANT[@]}" --variant "python_min=$PYV"
   fi
+fi
+if want fat; then
+  # issue 24 item 3: the fat variant (arch_tag all). build.sh takes a fat build's arch list from
+  # the host pytorch (CF_TORCH_CUDA_ARCH_LIST): here the stand-in's, torch.cuda.get_arch_list() of
+  # this machine's torch (tests/support/bootstrap_cuda.py), so the variant names that list. Too
+  # long for one call: run detached (`--start`, then `--collect` calls back to back).
+  FAT="${FAT_ARCH_LIST:-$(cd "$ROOT/tests" && "$PY" -c 'from support.bootstrap_cuda import _cf_arch_list; print(_cf_arch_list())')}"
+  status "fat: mmcv cuda$CV $FAT (tests in the sandbox on the GPU)"
+  rm -rf "$W/workfat"
+  build fat --env h100 --recipe "$W/recipes/mmcv" --keep-build --work-dir "$W/workfat" "${VARIANT[@]}" \
+    --variant "mmcv_arch_list=$FAT" --variant "arch_tag=all"
+  rc=$?; units fat "$W/workfat"; status "fat build rc=$rc"
+  rm -rf "$W/workfat"
 fi
 ptx_stage() {
   status "ptx: mmcv cuda$CV 8.0+PTX"
