@@ -91,14 +91,14 @@ def overlay(patch: Path, dest: Path, python: str, package: str = "mmcv") -> Over
     src = Path(subprocess.run([python, "-c", f"import {package}, os; print(os.path.dirname({package}.__file__))"],
                               capture_output=True, text=True, check=True).stdout.strip())
     shutil.copytree(src, dest / package, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
-    if not _patch(dest, patch, "--dry-run", "--forward").returncode:
+    forward = _patch(dest, patch, "--dry-run", "--forward")
+    if not forward.returncode:
         _patch(dest, patch, "--forward")
         return Overlay(dest, "patched")
     if not _patch(dest, patch, "--dry-run", "--reverse").returncode:
         _patch(dest, patch, "--reverse")
         return Overlay(dest, "released")
-    done = _patch(dest, patch, "--dry-run", "--forward")
-    raise SystemExit(f"{patch}: does not apply to the installed {package} ({src}): {done.stdout.strip()} {done.stderr.strip()}")
+    raise SystemExit(f"{patch}: does not apply to the installed {package} ({src}): {forward.stdout.strip()} {forward.stderr.strip()}")
 
 
 def _env(side: str, over: Overlay) -> dict:

@@ -599,7 +599,7 @@ def _range(values, spec="{:.2f}"):
 
 
 def _fp16_fwd_bwd(doc, op, key="ratio_tv_over_mmcv", rows="ops"):
-    return [o[key] for o in doc[rows] if o.get("op", op) == op and o["dtype"] == "float16" and o["pass"] == "forward+backward"]
+    return [o[key] for o in doc[rows] if o["op"] == op and o["dtype"] == "float16" and o["pass"] == "forward+backward"]
 
 
 def _upstream_counts(doc):

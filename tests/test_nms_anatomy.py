@@ -13,11 +13,10 @@ import json
 import shutil
 import subprocess
 import sys
-import tarfile
 from pathlib import Path
 
 import pytest
-from support.offline import cached_sdist
+from support.offline import unpacked_sdist
 
 ROOT = Path(__file__).resolve().parents[1]
 PATCHES = ROOT / "recipes" / "mmcv" / "patches"
@@ -29,10 +28,7 @@ KERNEL = "mmcv/ops/csrc/common/cuda/nms_cuda_kernel.cuh"
 
 @pytest.fixture(scope="module")
 def pristine(tmp_path_factory) -> Path:
-    dest = tmp_path_factory.mktemp("sdist")
-    with tarfile.open(cached_sdist("mmcv")) as tf:
-        tf.extractall(dest, filter="data")
-    return dest / "mmcv-2.2.0"
+    return unpacked_sdist("mmcv", tmp_path_factory.mktemp("sdist"))
 
 
 @pytest.mark.skipif(shutil.which("patch") is None, reason="GNU patch is not installed")

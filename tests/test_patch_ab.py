@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from support.offline import patched_sdist
+from support.offline import patched_sdist, unpacked_sdist
 
 ROOT = Path(__file__).resolve().parents[1]
 CANDIDATE = ROOT / "recipes" / "mmcv" / "patches" / "0010-roi-align-half-backward-in-float.patch"
@@ -131,14 +131,9 @@ def test_mmdet_0003_applies_in_the_mmdet_recipes_order(tmp_path):
 @pytest.mark.skipif(shutil.which("patch") is None, reason="GNU patch is not installed")
 def test_overlay_reverses_a_patch_the_installed_package_already_carries(tmp_path, monkeypatch):
     """The H200 packages of recipe-run6 carried 0010: the overlay is then the released side."""
-    carrying, released = patched_sdist("mmcv", tmp_path / "a"), tmp_path / "b"
-    released.mkdir()
-    import tarfile
-
-    from support.offline import cached_sdist
-    with tarfile.open(cached_sdist("mmcv")) as tf:
-        tf.extractall(released, filter="data")
-    (released,) = [p for p in released.iterdir() if p.is_dir()]
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    carrying, released = patched_sdist("mmcv", tmp_path / "a"), unpacked_sdist("mmcv", tmp_path / "b")
     site = tmp_path / "site"
     (site / "mmcv" / "ops").mkdir(parents=True)
     (site / "mmcv" / "__init__.py").write_text("")

@@ -76,15 +76,22 @@ def cached_github_archive(*, cache_root: Path = CACHE_ROOT) -> Path:
                             f"{[str(d) for d in SHARED_SOURCES]}; set MMSTACK_SHARED_SOURCES to a folder holding it")
 
 
-def patched_sdist(name: str, dest: Path, extra: tuple[Path, ...] = ()) -> Path:
-    """The recipe's sdist unpacked under dest with recipes/<name>/patches applied in order (`patch
-    -p1 --fuzz=0`, as the recipes do), then `extra` patches (candidates); returns its source root."""
-    import subprocess
+def unpacked_sdist(name: str, dest: Path) -> Path:
+    """The recipe's sdist unpacked under dest, unpatched; returns its source root."""
     import tarfile
 
     with tarfile.open(cached_sdist(name)) as tf:
         tf.extractall(dest, filter="data")
     (src,) = [p for p in dest.iterdir() if p.is_dir()]
+    return src
+
+
+def patched_sdist(name: str, dest: Path, extra: tuple[Path, ...] = ()) -> Path:
+    """The recipe's sdist unpacked under dest with recipes/<name>/patches applied in order (`patch
+    -p1 --fuzz=0`, as the recipes do), then `extra` patches (candidates); returns its source root."""
+    import subprocess
+
+    src = unpacked_sdist(name, dest)
     patches = Path(__file__).resolve().parents[2] / "recipes" / name / "patches"
     for p in [*sorted(patches.glob("0*.patch")), *extra]:
         subprocess.run(["patch", "-p1", "-s", "--fuzz=0", "-i", str(p)], cwd=src, check=True)
