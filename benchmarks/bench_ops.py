@@ -132,7 +132,8 @@ def _full(add, ops, tvops, device: str) -> None:
 
     nms and batched_nms (80 classes) at 100 to 100k boxes (mmcv's nms also returns the kept boxes
     with their scores: `mmcv.ops.nms` as users call it); roi_align (7x7 box head, 14x14 mask head)
-    and roi_pool, forward and forward+backward; deform_conv2d forward and forward+backward; box
+    and roi_pool, forward and forward+backward; deform_conv2d and modulated_deform_conv2d (DCNv2:
+    torchvision's deform_conv2d with a mask) forward and forward+backward; box
     IoU (mmcv's bbox_overlaps, torchvision's box_iou); sigmoid focal loss (mmcv takes class
     indices, torchvision one-hot targets; both reduce to the mean).
     """
@@ -186,6 +187,17 @@ def _full(add, ops, tvops, device: str) -> None:
         wg = weight.detach().clone().requires_grad_(True)
         add("deform_conv2d", shape, lambda xg=xg, o=offset, m=dcn: m(xg, o).sum().backward(),
             (lambda xg=xg, wg=wg, o=offset: tvops.deform_conv2d(xg, o, wg, padding=(1, 1)).sum().backward()) if tvops else None,
+            dtype=name, passes="forward+backward")
+        # modulated (DCNv2): torchvision's deform_conv2d with mask=; every input takes a gradient on
+        # both sides (mmcv's backward computes them all anyway)
+        mask = torch.rand(2, 9, side, side, device=device, dtype=dtype)
+        add("modulated_deform_conv2d", shape, lambda x=x, o=offset, m=mask, w=weight: ops.modulated_deform_conv2d(x, o, m, w, None, 1, 1),
+            (lambda x=x, o=offset, m=mask, w=weight: tvops.deform_conv2d(x, o, w, padding=(1, 1), mask=m)) if tvops else None,
+            dtype=name)
+        leaves = [t.detach().clone().requires_grad_(True) for t in (x, offset, mask, weight)]
+        add("modulated_deform_conv2d", shape,
+            lambda t=leaves: ops.modulated_deform_conv2d(t[0], t[1], t[2], t[3], None, 1, 1).sum().backward(),
+            (lambda t=leaves: tvops.deform_conv2d(t[0], t[1], t[3], padding=(1, 1), mask=t[2]).sum().backward()) if tvops else None,
             dtype=name, passes="forward+backward")
 
         a, _ = _boxes(1000, device, 3)

@@ -14,9 +14,9 @@ alternating sides so drift hits both:
 
 - times: `bench_ops.py --full --only OPS` on each side, `--rounds` times, medians per row, and
   the patched / released ratio per row (below 1: the patch is faster);
-- gradients: for roi_align, the input gradient of each dtype against the same computation in
-  float64 (max and mean absolute error), so a patch that changes how gradients accumulate shows
-  what it does to accuracy;
+- gradients: for roi_align, deform_conv2d and modulated_deform_conv2d (where --ops names them),
+  the gradient of each input and dtype against the same computation in float64 (max and mean
+  absolute error), so a patch that changes how gradients accumulate shows what it does to accuracy;
 - upstream: the named files of upstream's test suite (from the tag archive) through
   `python -m mmstack.verify.upstream_tests`, as the recipe runs them, with the counts per side; a
   patch that fails a test the released package passes is not a candidate;
@@ -44,30 +44,56 @@ from typing import NamedTuple
 
 HERE = Path(__file__).resolve().parent
 
+# Per op: the input gradients of each dtype against the same computation in float64 (one script,
+# argv: device, dtypes, ops). Each op's leaves are made in float64 and cast per dtype.
 GRADS = r"""
 import json, sys, torch
 from mmcv import ops
-device, dtypes = sys.argv[1], sys.argv[2].split(",")
-torch.manual_seed(0)
-side = 200 if device == "cuda" else 50
+device, dtypes, names = sys.argv[1], sys.argv[2].split(","), sys.argv[3].split(",")
 out = []
-for n_rois, size in ((1000, 7), (100, 14)):
-    feats = torch.randn(2, 256, side, side, device=device, dtype=torch.float64)
-    xy = torch.rand(n_rois, 2, device=device, dtype=torch.float64) * side * 0.75
-    wh = torch.rand(n_rois, 2, device=device, dtype=torch.float64) * side * 0.25 + 1
-    bidx = torch.randint(0, 2, (n_rois, 1), device=device).to(torch.float64)
-    rois = torch.cat([bidx, xy, xy + wh], 1)
-    grad_out = torch.randn(n_rois, 256, size, size, device=device, dtype=torch.float64)
-    def grad(dtype):
-        f = feats.detach().to(dtype).clone().requires_grad_(True)
-        ops.roi_align(f, rois.to(dtype), (size, size), 1.0, 2, "avg", True).backward(grad_out.to(dtype))
-        return f.grad.to(torch.float64)
-    ref = grad(torch.float64)
+
+def compare(op, shape, run, leaves, grad_out, labels):
+    def grads(dtype):
+        xs = [t.detach().to(dtype).clone().requires_grad_(True) for t in leaves]
+        run(dtype, *xs).backward(grad_out.to(dtype))
+        return [x.grad.to(torch.float64) for x in xs]
+    ref = grads(torch.float64)
     for name in dtypes:
-        err = (grad(getattr(torch, name)) - ref).abs()
-        out.append({"op": "roi_align", "shape": f"2x256x{side}x{side}, {n_rois} rois, {size}x{size}", "dtype": name,
-                    "grad_max_abs_err": err.max().item(), "grad_mean_abs_err": err.mean().item(),
-                    "ref_max_abs": ref.abs().max().item()})
+        for label, g, r in zip(labels, grads(getattr(torch, name)), ref):
+            err = (g - r).abs()
+            out.append({"op": op, "shape": shape, "dtype": name, "grad_of": label, "grad_max_abs_err": err.max().item(),
+                        "grad_mean_abs_err": err.mean().item(), "ref_max_abs": r.abs().max().item()})
+
+if "roi_align" in names:
+    torch.manual_seed(0)
+    side = 200 if device == "cuda" else 50
+    for n_rois, size in ((1000, 7), (100, 14)):
+        feats = torch.randn(2, 256, side, side, device=device, dtype=torch.float64)
+        xy = torch.rand(n_rois, 2, device=device, dtype=torch.float64) * side * 0.75
+        wh = torch.rand(n_rois, 2, device=device, dtype=torch.float64) * side * 0.25 + 1
+        bidx = torch.randint(0, 2, (n_rois, 1), device=device).to(torch.float64)
+        rois = torch.cat([bidx, xy, xy + wh], 1)
+        grad_out = torch.randn(n_rois, 256, size, size, device=device, dtype=torch.float64)
+        compare("roi_align", f"2x256x{side}x{side}, {n_rois} rois, {size}x{size}",
+                lambda dt, f, r=rois, s=size: ops.roi_align(f, r.to(dt), (s, s), 1.0, 2, "avg", True),
+                [feats], grad_out, ["input"])
+for op in ("deform_conv2d", "modulated_deform_conv2d"):
+    if op not in names:
+        continue
+    torch.manual_seed(0)
+    side = 128 if device == "cuda" else 24
+    x = torch.randn(2, 64, side, side, device=device, dtype=torch.float64)
+    offset = torch.randn(2, 18, side, side, device=device, dtype=torch.float64) * 2
+    mask = torch.rand(2, 9, side, side, device=device, dtype=torch.float64)
+    weight = torch.randn(64, 64, 3, 3, device=device, dtype=torch.float64) / 24
+    grad_out = torch.randn(2, 64, side, side, device=device, dtype=torch.float64)
+    shape = f"2x64x{side}x{side}, 3x3"
+    if op == "deform_conv2d":
+        compare(op, shape, lambda dt, x, o, w: ops.deform_conv2d(x, o, w, 1, 1), [x, offset, weight], grad_out,
+                ["input", "offset", "weight"])
+    else:
+        compare(op, shape, lambda dt, x, o, m, w: ops.modulated_deform_conv2d(x, o, m, w, None, 1, 1),
+                [x, offset, mask, weight], grad_out, ["input", "offset", "mask", "weight"])
 print(json.dumps(out))
 """
 
@@ -135,9 +161,12 @@ def times(python: str, over: Overlay, device: str, ops: str, rounds: int, repeat
     return rows
 
 
-def grads(python: str, over: Overlay, device: str) -> dict:
+GRAD_OPS = ("roi_align", "deform_conv2d", "modulated_deform_conv2d")  # the ops GRADS knows
+
+
+def grads(python: str, over: Overlay, device: str, ops: list[str]) -> dict:
     dtypes = "float16,float32" if device == "cuda" else "float32"
-    return {side: json.loads(_child([python, "-c", GRADS, device, dtypes], side, over, check=True).stdout)
+    return {side: json.loads(_child([python, "-c", GRADS, device, dtypes, ",".join(ops)], side, over, check=True).stdout)
             for side in ("released", "patched")}
 
 
@@ -223,8 +252,9 @@ def main(argv: list[str] | None = None) -> int:
         probe = "import torch, mmcv; print(torch.__version__, mmcv.__version__, torch.cuda.get_device_name() if torch.cuda.is_available() else '-')"
         result["versions"] = subprocess.run([python, "-c", probe], capture_output=True, text=True, check=True).stdout.split()
         result["times"] = times(python, over, args.device, args.ops, args.rounds, args.repeats, args.iters) if args.ops else []
-        if "roi_align" in args.ops.split(","):
-            result["grads"] = grads(python, over, args.device)
+        grad_ops = [op for op in args.ops.split(",") if op in GRAD_OPS]
+        if grad_ops:
+            result["grads"] = grads(python, over, args.device, grad_ops)
         if args.upstream and args.tests:
             result["upstream"] = upstream(python, over, args.upstream, args.tests, Path(tmp) / "upstream")
         if args.detector:
@@ -237,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{r['op']:<12}{r['shape']:<48}{r['dtype']:<9}{r['pass']:<18}"
                   f"{r['released_median_us']:>10.1f}{r['patched_median_us']:>10.1f}{r['patched_over_released']:>7.2f}")
         for side, g in result.get("grads", {}).items():
-            print(side, [(x["dtype"], f"{x['grad_max_abs_err']:.3g}") for x in g])
+            print(side, [(x["op"], x["dtype"], x.get("grad_of", "input"), f"{x['grad_max_abs_err']:.3g}") for x in g])
         for side, u in result.get("upstream", {}).items():
             print(side, u["counts"], u["failed"])
         for row in result.get("detector", []):

@@ -57,7 +57,7 @@ def test_0011_applies_after_the_recipes_patches_and_waits_outside_the_recipe(tmp
     for recipe in ("recipe.yaml", "meta.yaml"):
         assert PATCH.name not in (ROOT / "recipes" / "mmcv" / recipe).read_text()
     args = patch_ab.header_args(PATCH)
-    assert args[:2] == ["--ops", "deform_conv2d"] and "tests/test_ops/test_deform_conv.py" in args
+    assert args[:2] == ["--ops", "deform_conv2d,modulated_deform_conv2d"] and "tests/test_ops/test_deform_conv.py" in args
 
 
 @pytest.mark.slow
