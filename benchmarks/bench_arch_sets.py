@@ -5,10 +5,18 @@ machine's nvcc for each configuration and prints wall time (median of --repeat),
 object size, plus the ratios. The arch lists come from conda_build_config.yaml's rows through
 mmstack.facts.arch.gencode_flags (the one place flags are made):
 
-    per-gen   one generation's list (default 9.0, the h100 row)
-    fat       the fat list of the same CUDA (default the 13.0 row: 7.5;8.0;...;12.0+PTX)
-    fat+thr   fat with `--threads 0` (nvcc compiles the archs of one unit in parallel)
-    fat+cmp   fat with `-Xfatbin -compress-all`
+    per-gen       one generation's list (default 9.0, the h100 row)
+    per-gen+cmp   per-gen with `-Xfatbin -compress-all` (what recipes/mmcv/build.sh passes)
+    per-gen+size  per-gen+cmp with `--compress-mode=size` (nvcc >= 12.8)
+    fat           the fat list of the same CUDA (default the 13.0 row: 7.5;8.0;...;12.0+PTX)
+    fat+thr       fat with `--threads 0` (nvcc compiles the archs of one unit in parallel)
+    fat+cmp       fat with `-Xfatbin -compress-all` (the recipe's fat build)
+    fat+cmp+thr   fat+cmp with `--threads 0`
+    fat+size      fat+cmp with `--compress-mode=size` (rapids-cmake's choice for CUDA 13)
+
+Each row has the object's size and its `.nv_fatbin` bytes per arch (mmstack.facts.fatbin: the
+device code as stored, compressed where it is), so the device code can be told from host code.
+`--config` picks rows (default all).
 
     python benchmarks/bench_arch_sets.py --sdist mmcv-2.2.0.tar.gz --torch-include .../torch/include \\
         --include /path/cusparse/include --include /path/cublas/include --include /path/cusolver/include
@@ -34,6 +42,7 @@ import time
 from pathlib import Path
 
 from mmstack.facts.arch import gencode_flags, parse_arch_list
+from mmstack.facts.fatbin import list_fatbins
 
 UNITS = ("roi_align_cuda.cu", "deform_conv_cuda.cu")
 PER_GEN = "9.0"
@@ -53,7 +62,13 @@ def compile_once(src: Path, out: Path, flags: list[str]) -> dict:
     if proc.returncode != 0:
         raise SystemExit(f"nvcc failed on {src.name}: {proc.stderr.strip().splitlines()[-1]}")
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return {"wall_s": wall, "cpu_s": cpu, "bytes": out.stat().st_size}
+    by_arch: dict[str, int] = {}
+    for listing in list_fatbins(out):
+        for e in listing.entries:
+            key = e.arch if e.kind == "sass" else f"{e.arch} {e.kind}"
+            by_arch[key] = by_arch.get(key, 0) + e.size
+    return {"wall_s": wall, "cpu_s": cpu, "bytes": out.stat().st_size, "fatbin_bytes": sum(by_arch.values()),
+            "fatbin_by_arch": by_arch}
 
 
 def main() -> int:
@@ -66,15 +81,23 @@ def main() -> int:
     ap.add_argument("--fat", default=FAT)
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--shim-cpu-torch", action="store_true")
+    ap.add_argument("--config", action="append", help="rows to run (default: all; per-gen always runs: the ratios' base)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
 
+    gen, fat = gencode_flags(parse_arch_list(args.per_gen)), gencode_flags(parse_arch_list(args.fat))
+    cmp, size, thr = ["-Xfatbin", "-compress-all"], ["--compress-mode=size"], ["--threads", "0"]
     configs = {
-        "per-gen": gencode_flags(parse_arch_list(args.per_gen)),
-        "fat": gencode_flags(parse_arch_list(args.fat)),
-        "fat+thr": [*gencode_flags(parse_arch_list(args.fat)), "--threads", "0"],
-        "fat+cmp": [*gencode_flags(parse_arch_list(args.fat)), "-Xfatbin", "-compress-all"],
+        "per-gen": gen, "per-gen+cmp": [*gen, *cmp], "per-gen+size": [*gen, *cmp, *size],
+        "fat": fat, "fat+thr": [*fat, *thr], "fat+cmp": [*fat, *cmp], "fat+cmp+thr": [*fat, *cmp, *thr],
+        "fat+size": [*fat, *cmp, *size],
     }
+    if args.config:
+        unknown = sorted(set(args.config) - set(configs))
+        if unknown:
+            print(f"bench_arch_sets.py: --config {unknown[0]} is not one of {', '.join(configs)}", file=sys.stderr)
+            return 2
+        configs = {k: v for k, v in configs.items() if k == "per-gen" or k in args.config}
     results: dict = {"per_gen": args.per_gen, "fat": args.fat, "units": {}}
     with tempfile.TemporaryDirectory(prefix="mmstack-arch-bench-") as tmp:
         tmp = Path(tmp)
@@ -102,17 +125,19 @@ def main() -> int:
                     runs.append(compile_once(src, tmp / f"{name}.o", base + flags))
                 rows[name] = {"wall_s": round(statistics.median(r["wall_s"] for r in runs), 1),
                               "cpu_s": round(statistics.median(r["cpu_s"] for r in runs), 1),
-                              "bytes": runs[-1]["bytes"], "runs": len(runs)}
+                              "bytes": runs[-1]["bytes"], "fatbin_bytes": runs[-1]["fatbin_bytes"],
+                              "fatbin_by_arch": runs[-1]["fatbin_by_arch"], "runs": len(runs)}
             pg = rows["per-gen"]
             for row in rows.values():
                 row["wall_vs_per_gen"] = round(row["wall_s"] / pg["wall_s"], 2)
                 row["size_vs_per_gen"] = round(row["bytes"] / pg["bytes"], 2)
+                row["fatbin_vs_per_gen"] = round(row["fatbin_bytes"] / pg["fatbin_bytes"], 2)
             results["units"][unit] = rows
-    print(f"{'unit':24} {'config':8} {'wall s':>7} {'cpu s':>7} {'object':>10} {'wall x':>7} {'size x':>7}")
+    print(f"{'unit':24} {'config':12} {'wall s':>7} {'cpu s':>7} {'object':>10} {'fatbin':>10} {'wall x':>7} {'size x':>7}")
     for unit, rows in results["units"].items():
         for name, r in rows.items():
-            print(f"{unit:24} {name:8} {r['wall_s']:7.1f} {r['cpu_s']:7.1f} {r['bytes'] / 1e6:8.2f}MB "
-                  f"{r['wall_vs_per_gen']:7.2f} {r['size_vs_per_gen']:7.2f}")
+            print(f"{unit:24} {name:12} {r['wall_s']:7.1f} {r['cpu_s']:7.1f} {r['bytes'] / 1e6:8.2f}MB "
+                  f"{r['fatbin_bytes'] / 1e6:8.2f}MB {r['wall_vs_per_gen']:7.2f} {r['size_vs_per_gen']:7.2f}")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
     return 0

@@ -185,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
                                                          "cuda_distributions", "left_out", "seconds", "step_seconds")}
         | {"packages": len(standin.get("packages", [])),
            "bytes": sum(p["bytes"] for p in standin.get("packages", []))},
-        "builds": {tag: build_summary(res, tag, cores, sizes) for tag in ("noarch", "sm90", "mmdet", "ptx", "sm90nt", "mmdetnt")},
+        "builds": {tag: build_summary(res, tag, cores, sizes) for tag in ("noarch", "sm90", "mmdet", "ptx", "fat", "sm90nt", "mmdetnt")},
         "installed_prefix_ladder": {tag: ladder_summary(res, tag) for tag in ("sm90", "ptx")},
         "installed_prefix_l4_complete": {tag: ladder_summary(res, tag, "l4complete") for tag in ("sm90", "ptx")},
         "arch_check": {"ptx": _json(res / "arch_check_ptx.json"), "sm90": _json(res / "arch_check_sm90.json")},
