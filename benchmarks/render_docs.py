@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import statistics
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -263,7 +264,8 @@ def _dist1(docs) -> tuple[list[str], list[list[object]]]:
             "wall (incl. torchrun start)"], rows
 
 
-_RECIPE_ARCH = {"sm90": "9.0", "ptx": "8.0+PTX", "sm90nt": "9.0 (built --no-test)", "noarch": "mmstack (noarch)",
+_RECIPE_ARCH = {"sm90": "9.0", "ptx": "8.0+PTX", "fat": "fat (the stand-in pytorch's list)", "sm90nt": "9.0 (built --no-test)",
+                "noarch": "mmstack (noarch)",
                 "mmdet": "mmdet (noarch)", "mmdetnt": "mmdet (noarch, built --no-test)"}
 
 
@@ -279,13 +281,13 @@ def _upstream(b: dict) -> str:
 
 def _recipe_builds(docs) -> tuple[list[str], list[list[object]]]:
     """The recipe's own CUDA builds on the H200 (issue 16): build cost, sandbox tests, landed or not."""
-    d = docs[0]
     rows = []
-    for tag, b in d["builds"].items():
+    for d, tag, b in ((doc, tag, b) for doc in docs for tag, b in doc["builds"].items()):
         if not b:
             continue
+        label = _RECIPE_ARCH.get(tag, tag) + (f" ({d['run']})" if len(docs) > 1 else "")
         if b.get("results_returned") is False:
-            rows.append([_RECIPE_ARCH.get(tag, tag), f"rc {b['command_rc']}", *["-"] * 5,
+            rows.append([label, f"rc {b['command_rc']}", *["-"] * 5,
                          "results not returned (STATUS line only)", "-", "yes" if b["command_rc"] == 0 else "no"])
             continue
         comp = b.get("compile") or {}
@@ -294,7 +296,7 @@ def _recipe_builds(docs) -> tuple[list[str], list[list[object]]]:
         tests = ("log not returned" if b.get("tests_run") is None else "not run (--no-test)" if not b.get("tests_run") else
                  ", ".join(f"{lv} {v['status']}" for lv, v in levels.items())
                  + (f" (first failed op: {lad['l4_first_failed_op']})" if lad.get("l4_first_failed_op") else ""))
-        rows.append([_RECIPE_ARCH.get(tag, tag), fmt(b.get("command_wall_s"), "{:.0f} s"),
+        rows.append([label, fmt(b.get("command_wall_s"), "{:.0f} s"),
                      fmt(b.get("command_cpu_s"), "{:,.0f} CPU-s"), fmt(comp.get("span_s"), "{:.1f} s"),
                      fmt(comp.get("parallel_limit_s"), "{:.1f} s"), fmt(comp.get("span_over_limit"), "{:.3f}×"),
                      fmt(b.get("sandbox_test_s"), "{:.0f} s"), tests, _upstream(b),
@@ -405,6 +407,7 @@ def _ops_full(docs) -> tuple[list[str], list[list[object]]]:
 
 _BATCHES = ("2", "8", "16")
 _P10, _P3 = "0010-roi-align-half-backward-in-float", "0003-randperm-on-the-gallerys-device"
+_P11 = "0011-deform-conv-half-backward-in-float"
 
 
 def _detector_batches(docs) -> tuple[list[str], list[list[object]]]:
@@ -432,19 +435,21 @@ def _patch_ab_times(docs) -> tuple[list[str], list[list[object]]]:
     """patch_ab.py: an op's time released and patched (medians of the rounds), torchvision beside it."""
     rows = []
     for r in docs[0]["times"]:
-        rows.append([r["shape"], r["dtype"], r["pass"], f"{r['released_median_us']:,.1f}", f"{r['patched_median_us']:,.1f}",
+        rows.append([r["op"], r["shape"], r["dtype"], r["pass"], f"{r['released_median_us']:,.1f}", f"{r['patched_median_us']:,.1f}",
                      f"{r['patched_over_released']:.2f}", fmt(r.get("torchvision_over_patched"), "{:.2f}")])
-    return ["shape", "dtype", "pass", "released µs", "patched µs", "patched / released", "torchvision / patched"], rows
+    return ["op", "shape", "dtype", "pass", "released µs", "patched µs", "patched / released", "torchvision / patched"], rows
 
 
 def _patch_ab_grads(docs) -> tuple[list[str], list[list[object]]]:
-    """patch_ab.py: roi_align's input gradient against the same computation in float64."""
+    """patch_ab.py: each input's gradient against the same computation in float64 (results from before
+    patch_ab named the op and the input hold roi_align's input gradient)."""
     g = docs[0]["grads"]
     rows = []
     for rel, pat in zip(g["released"], g["patched"], strict=True):
-        rows.append([rel["shape"], rel["dtype"], f"{rel['grad_max_abs_err']:.3g}", f"{pat['grad_max_abs_err']:.3g}",
+        rows.append([rel.get("op", "roi_align"), rel["shape"], rel["dtype"], rel.get("grad_of", "input"),
+                     f"{rel['grad_max_abs_err']:.3g}", f"{pat['grad_max_abs_err']:.3g}",
                      f"{rel['grad_mean_abs_err']:.3g}", f"{pat['grad_mean_abs_err']:.3g}", f"{rel['ref_max_abs']:.3g}"])
-    return ["shape", "dtype", "max abs error released", "patched", "mean abs error released", "patched",
+    return ["op", "shape", "dtype", "gradient of", "max abs error released", "patched", "mean abs error released", "patched",
             "largest gradient"], rows
 
 
@@ -512,6 +517,39 @@ def _arch_sets(docs) -> tuple[list[str], list[list[object]]]:
     return ["unit", "config", "runs", "wall s", "CPU s", "object", "wall vs per-gen", "size vs per-gen"], rows
 
 
+def _fat_vs_sm90(docs) -> tuple[list[str], list[list[object]]]:
+    """The recipe's fat build against its sm_90 build (issue 24 item 3): compile span against its
+    parallel limit, the longest unit, the .conda size; docs: (sm_90 summary, fat summary)."""
+    base = docs[0]["builds"]["sm90"]["packages"][0]["conda_bytes"]
+    rows = []
+    for d, tag in ((docs[0], "sm90"), (docs[1], "fat")):
+        b = d["builds"][tag]
+        c, pkg = b["compile"], b["packages"][0]
+        rows.append([f"`{pkg['variant']['mmcv_arch_list']}`", f"{b['command_wall_s']:.0f} s", f"{b['command_cpu_s']:,.0f}",
+                     c["units"], f"{c['unit_cpu_s']:,.0f}", f"`{c['longest_unit']['unit']}` {c['longest_unit']['s']:.0f} s",
+                     f"{c['span_s']:.1f} s", f"{c['parallel_limit_s']:.1f} s", f"{c['span_over_limit']:.3f}×",
+                     f"{pkg['conda_bytes']:,}", f"{pkg['conda_bytes'] / base:.2f}×", _upstream(b)])
+    return ["arch list", "`mmstack build` wall", "CPU-s", "units", "unit CPU-s", "longest unit", "compile span",
+            "parallel limit", "span / limit", ".conda bytes", "× sm_90", "upstream tests in the sandbox"], rows
+
+
+def _fatbin_compress(docs) -> tuple[list[str], list[list[object]]]:
+    """bench_arch_sets.py --config ...: the device code of a unit under each fatbin compression."""
+    d = docs[0]
+    names = {"per-gen": f"`{d['per_gen']}` uncompressed", "per-gen+cmp": f"`{d['per_gen']}` `-Xfatbin -compress-all` (recipe)",
+             "per-gen+size": f"`{d['per_gen']}` + `--compress-mode=size`", "fat+cmp": "fat `-Xfatbin -compress-all` (recipe)",
+             "fat+size": "fat + `--compress-mode=size`"}
+    rows = []
+    for unit, configs in d["units"].items():
+        base = configs["per-gen+cmp"]["fatbin_bytes"]
+        for i, (key, r) in enumerate(configs.items()):
+            rows.append([unit if i == 0 else "", names.get(key, key), f"{r['cpu_s']:.1f}", f"{r['bytes']:,}", f"{r['fatbin_bytes']:,}",
+                         f"{r['fatbin_bytes'] / base:.2f}",
+                         fmt((configs.get(key.replace("size", "cmp")) or {}).get("fatbin_bytes"),
+                             lambda v, r=r: f"{r['fatbin_bytes'] / v:.2f}") if key.endswith("+size") else ""])
+    return ["unit", "config", "CPU s", "object bytes", "device code bytes", "× sm_90 recipe", "size / compress-all"], rows
+
+
 def _cpu_detector(docs) -> tuple[list[str], list[list[object]]]:
     d = docs[0]
     rows = []
@@ -554,6 +592,12 @@ TABLES: dict[str, Table] = {
     "h200-recipe5-ladder": Table(sources=["h200/recipe-run5/bench_ladder_sm90.json"], build=_ladder_bench),
     "h200-recipe6-builds": Table(sources=["h200/recipe-run6/summary.json"], build=_recipe_builds),
     "h200-recipe6-prefix": Table(sources=["h200/recipe-run6/summary.json"], build=_recipe_prefix),
+    "h200-recipe7-builds": Table(sources=["h200/recipe-run7/summary.json", "h200/recipe-fat1/summary.json"],
+                                 build=_recipe_builds),
+    "h200-recipe7-prefix": Table(sources=["h200/recipe-run7/summary.json"], build=_recipe_prefix),
+    "h200-fat-build": Table(sources=["h200/recipe-run7/summary.json", "h200/recipe-fat1/summary.json"], build=_fat_vs_sm90),
+    "h200-patchab-deform": Table(sources=[f"h200/recipe-run7/patchab_mmcv-{_P11}.json"], build=_patch_ab_times),
+    "h200-patchab-deform-grads": Table(sources=[f"h200/recipe-run7/patchab_mmcv-{_P11}.json"], build=_patch_ab_grads),
     "h200-patchab-roi-align": Table(sources=[f"h200/recipe-run6/patchab_mmcv-{_P10}.json"], build=_patch_ab_times),
     "h200-patchab-grads": Table(sources=[f"h200/recipe-run6/patchab_mmcv-{_P10}.json"], build=_patch_ab_grads),
     "h200-patchab-detector": Table(sources=[f"h200/recipe-run6/patchab_mmcv-{_P10}.json",
@@ -571,10 +615,11 @@ TABLES: dict[str, Table] = {
     "cpu-ccache-rebuild": Table(sources=["cpu-dev/ccache_rebuild.json"], build=_ccache_rebuild),
     "cpu-ccache-recipe": Table(sources=["cpu-dev/ccache_recipe.json"], build=_ccache_recipe),
     "cpu-arch-sets": Table(sources=["cpu-dev/arch_sets.json"], build=_arch_sets),
+    "cpu-fatbin-compress": Table(sources=["cpu-dev/fatbin_compress.json"], build=_fatbin_compress),
     "cpu-detector": Table(sources=["cpu-dev/detector_cpu.json"], build=_cpu_detector),
 }
 
-_R5, _R6 = "h200/recipe-run5", "h200/recipe-run6"
+_R5, _R6, _R7, _FAT = "h200/recipe-run5", "h200/recipe-run6", "h200/recipe-run7", "h200/recipe-fat1"
 
 
 def _op(doc, op, shape_start, dtype="float32", passes="forward"):
@@ -609,6 +654,24 @@ def _upstream_counts(doc):
     return text + (" on both sides" if sides["released"] == c else f" (released: {sides['released']})")
 
 
+def _fat_per_target(fat_summary) -> float:
+    """(fat .conda - sm_90 .conda) / (targets - 1): what one more SASS target adds to the package."""
+    fat = fat_summary["builds"]["fat"]["packages"][0]
+    sm90 = load(f"{_R7}/summary.json")["builds"]["sm90"]["packages"][0]
+    return (fat["conda_bytes"] - sm90["conda_bytes"]) / (len(fat["variant"]["mmcv_arch_list"].split(";")) - 1)
+
+
+def _size_projection(bench) -> float:
+    """The fat/sm_90 .conda ratio with --compress-mode=size: both packages' non-device bytes as the
+    sm_90 one's, device code scaled by the bench's median size/compress-all ratio per arch set."""
+    sizes = load(f"{_R7}/conda_sizes_sm90.json")["packages"][0]
+    fat_conda = load(f"{_FAT}/summary.json")["builds"]["fat"]["packages"][0]["conda_bytes"]
+    host = sizes["conda_bytes"] - sizes["nv_fatbin_bytes"]
+    ratio = {k: statistics.median(r[k + "+size"]["fatbin_bytes"] / r[k + "+cmp"]["fatbin_bytes"] for r in bench["units"].values())
+             for k in ("per-gen", "fat")}
+    return (host + (fat_conda - host) * ratio["fat"]) / (host + sizes["nv_fatbin_bytes"] * ratio["per-gen"])
+
+
 VALUES: dict[str, Value] = {
     "h200-r5-roi-align-fp16-bwd-range": Value(f"{_R5}/ops_full_sm90.json",
                                               compute=lambda d: _range(_fp16_fwd_bwd(d, "roi_align"))),
@@ -637,6 +700,31 @@ VALUES: dict[str, Value] = {
     "h200-run6-longest-unit": Value(f"{_R6}/summary.json", compute=lambda d: "`{unit}` ({s:.0f} s)".format(
         **d["builds"]["sm90"]["compile"]["longest_unit"])),
     "h200-run6-span-over-limit": Value(f"{_R6}/summary.json", "builds.sm90.compile.span_over_limit", spec="{:.3f}"),
+    "h200-fat-span-over-limit": Value(f"{_FAT}/summary.json", "builds.fat.compile.span_over_limit", spec="{:.3f}"),
+    "h200-fat-longest-unit": Value(f"{_FAT}/summary.json", compute=lambda d: "`{unit}` ({s:.0f} s)".format(
+        **d["builds"]["fat"]["compile"]["longest_unit"])),
+    "h200-fat-limit-by": Value(f"{_FAT}/summary.json", compute=lambda d: "{:,.0f} unit CPU-s / {} cores = {:.0f} s".format(
+        d["builds"]["fat"]["compile"]["unit_cpu_s"], d["builds"]["fat"]["compile"]["cores"],
+        d["builds"]["fat"]["compile"]["unit_cpu_s"] / d["builds"]["fat"]["compile"]["cores"])),
+    "h200-fat-arch-list": Value(f"{_FAT}/summary.json", compute=lambda d: "`{}`".format(
+        d["builds"]["fat"]["packages"][0]["variant"]["mmcv_arch_list"])),
+    "h200-fat-conda-ratio": Value(f"{_FAT}/summary.json", spec="{:.2f}", compute=lambda d: (
+        d["builds"]["fat"]["packages"][0]["conda_bytes"] / load(f"{_R7}/summary.json")["builds"]["sm90"]["packages"][0]["conda_bytes"])),
+    "h200-fat-cpu-ratio": Value(f"{_FAT}/summary.json", spec="{:.1f}", compute=lambda d: (
+        d["builds"]["fat"]["compile"]["unit_cpu_s"] / load(f"{_R7}/summary.json")["builds"]["sm90"]["compile"]["unit_cpu_s"])),
+    "h200-run7-span-over-limit": Value(f"{_R7}/summary.json", "builds.sm90.compile.span_over_limit", spec="{:.3f}"),
+    "h200-patchab-0011-range": Value(f"{_R7}/patchab_mmcv-{_P11}.json", compute=lambda d: _range(
+        _fp16_fwd_bwd(d, "deform_conv2d", "patched_over_released", "times")
+        + _fp16_fwd_bwd(d, "modulated_deform_conv2d", "patched_over_released", "times"))),
+    "h200-patchab-0011-vs-tv": Value(f"{_R7}/patchab_mmcv-{_P11}.json", compute=lambda d: _range(
+        _fp16_fwd_bwd(d, "deform_conv2d", "torchvision_over_patched", "times")
+        + _fp16_fwd_bwd(d, "modulated_deform_conv2d", "torchvision_over_patched", "times"))),
+    "h200-patchab-0011-upstream": Value(f"{_R7}/patchab_mmcv-{_P11}.json", compute=_upstream_counts),
+    "h200-sm90-device-bytes": Value(f"{_R7}/conda_sizes_sm90.json", compute=lambda d: _mb(d["packages"][0]["nv_fatbin_bytes"])),
+    "h200-fat-per-target": Value(f"{_FAT}/summary.json", compute=lambda d: _mb(_fat_per_target(d))),
+    "h200-fat-size-projection": Value("cpu-dev/fatbin_compress.json", spec="{:.2f}", compute=lambda d: _size_projection(d)),
+    "cpu-fatbin-size-range": Value("cpu-dev/fatbin_compress.json", compute=lambda d: _range(
+        r[k + "+size"]["fatbin_bytes"] / r[k + "+cmp"]["fatbin_bytes"] for r in d["units"].values() for k in ("per-gen", "fat"))),
     "cpu-ci-run-min": Value("cpu-dev/ci_run.json", compute=lambda d: d["wall_s"] / 60, spec="{:.0f}"),
     "cpu-ci-pytest-passed": Value("cpu-dev/ci_run.json", "pytest.passed"),
     "cpu-fast-suite-s": Value("cpu-dev/fast_suite.json", "wall_s", spec="{:.0f}"),
@@ -673,7 +761,7 @@ class Plot:
 
 
 _BUILDS = {"recipe-run1": ("sm90", "ptx", "sm90nt"), "recipe-run2": ("sm90",), "recipe-run3": ("sm90",), "recipe-run4": ("sm90",),
-           "recipe-run5": ("ptx",), "recipe-run6": ("sm90",)}
+           "recipe-run5": ("ptx",), "recipe-run6": ("sm90",), "recipe-run7": ("sm90",), "recipe-fat1": ("fat",)}
 PLOTS: dict[str, Plot] = {
     **{f"h200-units-{run}-{tag}": Plot(
         sources=[f"h200/{run}/units_{tag}.json", f"h200/{run}/rattler-build-{tag}.log", f"h200/{run}/machine.txt"],

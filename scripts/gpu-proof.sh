@@ -286,6 +286,9 @@ if want fat; then
     --variant "mmcv_arch_list=$FAT" --variant "arch_tag=all"
   rc=$?; units fat "$W/workfat"; status "fat build rc=$rc"
   rm -rf "$W/workfat"
+  # where the bytes are: the fat .conda against the sm_90 one where the channel has it (seed)
+  PYTHONPATH="$SP" "$PY" "$ROOT/benchmarks/conda_sizes.py" $(find "$CH" -name 'mmcv-*_all_*.conda' -o -name 'mmcv-*_sm90_*.conda') \
+    > "$RES/conda_sizes.json" 2> "$RES/conda_sizes.err"
 fi
 ptx_stage() {
   status "ptx: mmcv cuda$CV 8.0+PTX"

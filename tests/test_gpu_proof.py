@@ -57,9 +57,11 @@ RUN3 = RUN1.with_name("recipe-run3")
 RUN4 = RUN1.with_name("recipe-run4")
 RUN5 = RUN1.with_name("recipe-run5")
 RUN6 = RUN1.with_name("recipe-run6")
+RUN7 = RUN1.with_name("recipe-run7")
+FAT1 = RUN1.with_name("recipe-fat1")
 
 
-@pytest.mark.parametrize("run", [RUN1, RUN2, RUN3, RUN4, RUN5, RUN6], ids=lambda p: p.name)
+@pytest.mark.parametrize("run", [RUN1, RUN2, RUN3, RUN4, RUN5, RUN6, RUN7, FAT1], ids=lambda p: p.name)
 def test_recipe_run_summary_is_what_the_script_makes_of_the_committed_files(run):
     if not run.is_dir():
         pytest.skip(f"no committed {run.name} results")
@@ -69,7 +71,8 @@ def test_recipe_run_summary_is_what_the_script_makes_of_the_committed_files(run)
 
 
 @pytest.mark.parametrize("run,suites", [(RUN2, "tests/test_ops"), (RUN3, "tests/test_ops tests/test_cnn"),
-                                       (RUN4, "tests/test_ops tests/test_cnn"), (RUN6, "tests/test_ops tests/test_cnn")],
+                                       (RUN4, "tests/test_ops tests/test_cnn"), (RUN6, "tests/test_ops tests/test_cnn"),
+                                       (RUN7, "tests/test_ops tests/test_cnn")],
                          ids=lambda x: getattr(x, "name", x))
 def test_recipe_run_tested_sm90_package_landed_with_upstream_tests_on_the_h200(run, suites):
     """issue 20: the sm_90 build passed its whole test section on the GPU and landed; its sandbox
@@ -185,3 +188,31 @@ def test_recipe_run6_built_the_patches_that_entered_the_recipe_and_no_unit_sets_
     log = read_log(RUN6 / "rattler-build-sm90.log")  # the six kernel units compiled, each alone
     assert all(f"filtered_lrelu_{s}_{t}.o" in log for s in ("wr", "rd", "ns") for t in ("half", "float"))
     assert summary["installed_prefix_ladder"]["sm90"]["levels"]["L5"]["status"] == "PASS"
+
+
+def test_recipe_fat1_fat_build_was_tested_on_the_gpu_within_its_parallel_limit():
+    """issue 24 item 3: the fat variant (arch_tag all, the host pytorch's arch list: on the device the
+    stand-in's) built through the recipe, passed its whole test section on the H200 (L2 read every
+    SASS target of the list from _ext, upstream's tests passed) and landed; its compile span is
+    within 1.1x of max(unit CPU-s / cores, longest unit), and the package is larger than the sm_90
+    one (the size goal, 1.6x, is not met: docs/benchmarks.md says why)."""
+    fat = json.loads((FAT1 / "summary.json").read_text())["builds"]["fat"]
+    assert fat["command_rc"] == 0 and fat["tests_run"] and fat["landed_in_channel"]
+    (pkg,) = fat["packages"]
+    assert pkg["build_string"].startswith("cuda130_all_py312_") and pkg["variant"]["arch_tag"] == "all"
+    archs = pkg["variant"]["mmcv_arch_list"].split(";")
+    levels = fat["sandbox_ladder"]["levels"]
+    assert {k: v["status"] for k, v in levels.items()} == {"L1": "PASS", "L2": "PASS", "L3": "PASS", "L4": "PASS"}
+    assert f"SASS [{', '.join(archs)}]" in levels["L2"]["reason"]
+    (upstream,) = pkg["test_results"]
+    assert upstream["counts"]["failed"] == upstream["counts"]["error"] == 0 and upstream["counts"]["passed"] >= 200
+    comp = fat["compile"]
+    assert comp["parallel_limit_s"] == round(max(comp["unit_cpu_s"] / comp["cores"], comp["longest_unit"]["s"]), 1)
+    assert comp["span_over_limit"] <= 1.1
+    sm90 = json.loads((RUN7 / "summary.json").read_text())["builds"]["sm90"]
+    assert sm90["compile"]["span_over_limit"] <= 1.1
+    assert comp["unit_cpu_s"] > 2 * sm90["compile"]["unit_cpu_s"]
+    assert pkg["conda_bytes"] > 1.6 * sm90["packages"][0]["conda_bytes"]
+    sizes = json.loads((RUN7 / "conda_sizes_sm90.json").read_text())["packages"][0]
+    assert sizes["conda_bytes"] == sm90["packages"][0]["conda_bytes"] and list(sizes["stored_by_arch"]) == ["9.0"]
+    assert 0 < sizes["nv_fatbin_bytes"] < sizes["ext_bytes"]
