@@ -47,6 +47,8 @@
 # they come back as one archive, $OUT/res.tgz.
 # PROPOSED=1: the mmcv and mmdet builds apply recipes/<name>/proposed/*.patch too (candidates get
 # upstream's tests, L4 and L5 on the GPU in the sandbox before they enter; proposed.txt names them).
+# NVCC_EXTRA="...": nvcc flags appended to build.sh's own in the run's copy of the recipe (the fat
+# build with `--compress-mode=size` or `--threads 0`; nvcc_extra.txt names them).
 # NOTEST_FALLBACK=1: if the sm_90 sandbox tests fail, rebuild without them (tag sm90nt) so the
 # installed-prefix ladder still runs (on an untested package; its files say sm90nt).
 # Summary: python benchmarks/gpu_proof_summary.py RESULTS_DIR > RESULTS_DIR/summary.json
@@ -169,6 +171,15 @@ root, w = Path(sys.argv[1]), Path(sys.argv[2])
 for n in ("mmcv", "mmdet"):
     offline.offline_recipe_for(n, root / "recipes" / n, w / "recipes" / n)' "$SP" "$ROOT" "$W" \
   || { status "FAIL offline recipes"; exit 1; }
+if [[ -n "${NVCC_EXTRA:-}" ]]; then
+  # NVCC_EXTRA="--compress-mode=size" (or "--threads 0"): an experiment's nvcc flags, appended in the
+  # run's copy of the recipe to the flags build.sh hands nvcc (issue 24 item 3: the fat build with
+  # and without them). The packages keep their names: nvcc_extra.txt and STATUS say what was added.
+  sed -i "s|-Xfatbin -compress-all\"|-Xfatbin -compress-all ${NVCC_EXTRA}\"|" "$W/recipes/mmcv/build.sh"
+  grep -qF -- "-compress-all ${NVCC_EXTRA}\"" "$W/recipes/mmcv/build.sh" || { status "FAIL NVCC_EXTRA: build.sh's flag line not found"; exit 1; }
+  echo "$NVCC_EXTRA" > "$RES/nvcc_extra.txt"
+  status "NVCC_EXTRA: build.sh hands nvcc '-Xfatbin -compress-all ${NVCC_EXTRA}'"
+fi
 if [[ -n "${PROPOSED:-}" ]]; then
   # PROPOSED=1: the mmcv and mmdet builds also apply recipes/<name>/proposed/*.patch (after the
   # recipe's own), so a candidate runs upstream's tests, L4 and L5 in the sandbox on the GPU before
