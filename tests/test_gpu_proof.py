@@ -5,6 +5,8 @@ read back by the summary script (the sandbox ladder really ran L2 and L4 on the 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 from importlib import metadata
@@ -216,3 +218,17 @@ def test_recipe_fat1_fat_build_was_tested_on_the_gpu_within_its_parallel_limit()
     sizes = json.loads((RUN7 / "conda_sizes_sm90.json").read_text())["packages"][0]
     assert sizes["conda_bytes"] == sm90["packages"][0]["conda_bytes"] and list(sizes["stored_by_arch"]) == ["9.0"]
     assert 0 < sizes["nv_fatbin_bytes"] < sizes["ext_bytes"]
+
+
+def test_nvcc_extra_finds_the_one_flag_line_it_extends_in_build_sh(tmp_path):
+    """scripts/gpu-proof.sh's NVCC_EXTRA appends flags after build.sh's `-Xfatbin -compress-all"` in the
+    run's copy of the recipe; the sed it runs must hit exactly that line here, not fail on the device."""
+    script = (ROOT / "scripts" / "gpu-proof.sh").read_text()
+    sed = next(line.strip() for line in script.splitlines() if line.strip().startswith('sed -i "s|-Xfatbin -compress-all'))
+    copy = tmp_path / "build.sh"
+    shutil.copy(ROOT / "recipes" / "mmcv" / "build.sh", copy)
+    subprocess.run(["bash", "-c", sed.replace('"$W/recipes/mmcv/build.sh"', '"$1"'), "sed", str(copy)], check=True,
+                   env={**os.environ, "NVCC_EXTRA": "--compress-mode=size"})
+    before, after = ((ROOT / "recipes" / "mmcv" / "build.sh").read_text().splitlines(), copy.read_text().splitlines())
+    changed = [b for a, b in zip(before, after, strict=True) if a != b]
+    assert changed == ['  export NVCC_APPEND_FLAGS="${NVCC_APPEND_FLAGS:-} -Xfatbin -compress-all --compress-mode=size"']
