@@ -725,6 +725,9 @@ VALUES: dict[str, Value] = {
     "h200-fat-size-projection": Value("cpu-dev/fatbin_compress.json", spec="{:.2f}", compute=lambda d: _size_projection(d)),
     "cpu-fatbin-size-range": Value("cpu-dev/fatbin_compress.json", compute=lambda d: _range(
         r[k + "+size"]["fatbin_bytes"] / r[k + "+cmp"]["fatbin_bytes"] for r in d["units"].values() for k in ("per-gen", "fat"))),
+    "cpu-fat-cf-extra-share": Value("cpu-dev/fatbin_compress.json", compute=lambda d: _range(
+        (b.get("11.0", 0) + b.get("12.0 ptx", 0)) / sum(b.values())
+        for b in (r["fat+cmp"]["fatbin_by_arch"] for r in d["units"].values()))),
     "cpu-ci-run-min": Value("cpu-dev/ci_run.json", compute=lambda d: d["wall_s"] / 60, spec="{:.0f}"),
     "cpu-ci-pytest-passed": Value("cpu-dev/ci_run.json", "pytest.passed"),
     "cpu-fast-suite-s": Value("cpu-dev/fast_suite.json", "wall_s", spec="{:.0f}"),
