@@ -14,7 +14,7 @@ mmstack.facts.arch.gencode_flags (the one place flags are made):
     fat+cmp+thr   fat+cmp with `--threads 0`
     fat+size      fat+cmp with `--compress-mode=size` (rapids-cmake's choice for CUDA 13)
 
-Each row has the object's size and its `.nv_fatbin` bytes per arch (mmstack.facts.fatbin: the
+Each row has the object's size and its `.nv_fatbin` bytes per arch (conda_sizes.stored_by_arch: the
 device code as stored, compressed where it is), so the device code can be told from host code.
 `--config` picks rows (default all).
 
@@ -41,8 +41,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from conda_sizes import stored_by_arch
+
 from mmstack.facts.arch import gencode_flags, parse_arch_list
-from mmstack.facts.fatbin import list_fatbins
 
 UNITS = ("roi_align_cuda.cu", "deform_conv_cuda.cu")
 PER_GEN = "9.0"
@@ -62,11 +63,7 @@ def compile_once(src: Path, out: Path, flags: list[str]) -> dict:
     if proc.returncode != 0:
         raise SystemExit(f"nvcc failed on {src.name}: {proc.stderr.strip().splitlines()[-1]}")
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    by_arch: dict[str, int] = {}
-    for listing in list_fatbins(out):
-        for e in listing.entries:
-            key = e.arch if e.kind == "sass" else f"{e.arch} {e.kind}"
-            by_arch[key] = by_arch.get(key, 0) + e.size
+    by_arch = stored_by_arch(out)
     return {"wall_s": wall, "cpu_s": cpu, "bytes": out.stat().st_size, "fatbin_bytes": sum(by_arch.values()),
             "fatbin_by_arch": by_arch}
 

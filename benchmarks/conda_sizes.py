@@ -26,6 +26,17 @@ from mmstack.facts.elf import Elf
 from mmstack.facts.fatbin import list_fatbins
 
 
+def stored_by_arch(path: Path) -> dict[str, int]:
+    """The device code an ELF file (object or shared library) stores per arch, as stored (compressed
+    where it is): "9.0" for SASS, "12.0 ptx" for PTX; bench_arch_sets.py reports objects with it."""
+    by_arch: dict[str, int] = {}
+    for listing in list_fatbins(path):
+        for e in listing.entries:
+            key = e.arch if e.kind == "sass" else f"{e.arch} {e.kind}"
+            by_arch[key] = by_arch.get(key, 0) + e.size
+    return by_arch
+
+
 def sizes(conda: Path) -> dict:
     with zipfile.ZipFile(conda) as z:
         (pkg,) = [n for n in z.namelist() if n.startswith("pkg-")]
@@ -39,11 +50,7 @@ def sizes(conda: Path) -> dict:
         so.write_bytes(data)
         with so.open("rb") as f:
             sections = {s.name: s.size for s in Elf(f).sections()}
-        by_arch: dict[str, int] = {}
-        for listing in list_fatbins(so):
-            for e in listing.entries:
-                key = e.arch if e.kind == "sass" else f"{e.arch} {e.kind}"
-                by_arch[key] = by_arch.get(key, 0) + e.size
+        by_arch = stored_by_arch(so)
     return {"file": conda.name, "conda_bytes": conda.stat().st_size, "pkg_uncompressed_bytes": len(raw),
             "files": len([m for m in members if m.isfile()]), "ext": ext.name, "ext_bytes": len(data),
             "nv_fatbin_bytes": sections.get(".nv_fatbin", 0), "text_bytes": sections.get(".text", 0),

@@ -543,10 +543,9 @@ def _fatbin_compress(docs) -> tuple[list[str], list[list[object]]]:
     for unit, configs in d["units"].items():
         base = configs["per-gen+cmp"]["fatbin_bytes"]
         for i, (key, r) in enumerate(configs.items()):
+            cmp = configs.get(key.replace("+size", "+cmp")) if key.endswith("+size") else None
             rows.append([unit if i == 0 else "", names.get(key, key), f"{r['cpu_s']:.1f}", f"{r['bytes']:,}", f"{r['fatbin_bytes']:,}",
-                         f"{r['fatbin_bytes'] / base:.2f}",
-                         fmt((configs.get(key.replace("size", "cmp")) or {}).get("fatbin_bytes"),
-                             lambda v, r=r: f"{r['fatbin_bytes'] / v:.2f}") if key.endswith("+size") else ""])
+                         f"{r['fatbin_bytes'] / base:.2f}", f"{r['fatbin_bytes'] / cmp['fatbin_bytes']:.2f}" if cmp else ""])
     return ["unit", "config", "CPU s", "object bytes", "device code bytes", "× sm_90 recipe", "size / compress-all"], rows
 
 
@@ -634,8 +633,7 @@ def _profile(doc, side="mmdet"):
 def _stage_ratio_range(run, key="iters_per_s"):
     """min-max over batch sizes of mmdet/torchvision for a detector_bs*.json key."""
     ratios = [load(f"{run}/detector_bs{bs}_sm90.json")["results"] for bs in _BATCHES]
-    vals = [r["mmdet"][key] / r["torchvision-matched"][key] for r in ratios]
-    return f"{min(vals):.2f}-{max(vals):.2f}"
+    return _range(r["mmdet"][key] / r["torchvision-matched"][key] for r in ratios)
 
 
 def _range(values, spec="{:.2f}"):
@@ -661,14 +659,18 @@ def _fat_per_target(fat_summary) -> float:
     return (fat["conda_bytes"] - sm90["conda_bytes"]) / (len(fat["variant"]["mmcv_arch_list"].split(";")) - 1)
 
 
+def _size_ratios(bench, arch_set: str) -> list[float]:
+    """bench_arch_sets.py: per unit, the device code with --compress-mode=size over -compress-all's."""
+    return [r[arch_set + "+size"]["fatbin_bytes"] / r[arch_set + "+cmp"]["fatbin_bytes"] for r in bench["units"].values()]
+
+
 def _size_projection(bench) -> float:
     """The fat/sm_90 .conda ratio with --compress-mode=size: both packages' non-device bytes as the
     sm_90 one's, device code scaled by the bench's median size/compress-all ratio per arch set."""
     sizes = load(f"{_R7}/conda_sizes_sm90.json")["packages"][0]
     fat_conda = load(f"{_FAT}/summary.json")["builds"]["fat"]["packages"][0]["conda_bytes"]
     host = sizes["conda_bytes"] - sizes["nv_fatbin_bytes"]
-    ratio = {k: statistics.median(r[k + "+size"]["fatbin_bytes"] / r[k + "+cmp"]["fatbin_bytes"] for r in bench["units"].values())
-             for k in ("per-gen", "fat")}
+    ratio = {k: statistics.median(_size_ratios(bench, k)) for k in ("per-gen", "fat")}
     return (host + (fat_conda - host) * ratio["fat"]) / (host + sizes["nv_fatbin_bytes"] * ratio["per-gen"])
 
 
@@ -723,8 +725,8 @@ VALUES: dict[str, Value] = {
     "h200-sm90-device-bytes": Value(f"{_R7}/conda_sizes_sm90.json", compute=lambda d: _mb(d["packages"][0]["nv_fatbin_bytes"])),
     "h200-fat-per-target": Value(f"{_FAT}/summary.json", compute=lambda d: _mb(_fat_per_target(d))),
     "h200-fat-size-projection": Value("cpu-dev/fatbin_compress.json", spec="{:.2f}", compute=lambda d: _size_projection(d)),
-    "cpu-fatbin-size-range": Value("cpu-dev/fatbin_compress.json", compute=lambda d: _range(
-        r[k + "+size"]["fatbin_bytes"] / r[k + "+cmp"]["fatbin_bytes"] for r in d["units"].values() for k in ("per-gen", "fat"))),
+    "cpu-fatbin-size-range": Value("cpu-dev/fatbin_compress.json",
+                                   compute=lambda d: _range(_size_ratios(d, "per-gen") + _size_ratios(d, "fat"))),
     "cpu-fat-cf-extra-share": Value("cpu-dev/fatbin_compress.json", compute=lambda d: _range(
         (b.get("11.0", 0) + b.get("12.0 ptx", 0)) / sum(b.values())
         for b in (r["fat+cmp"]["fatbin_by_arch"] for r in d["units"].values()))),
