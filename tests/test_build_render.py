@@ -356,6 +356,47 @@ def test_single_generation_build_keeps_its_own_arch_list(tmp_path):
     assert "TORCH_CUDA_ARCH_LIST=8.9" in run.stdout + run.stderr and "ERROR" not in run.stderr
 
 
+def _fake_nvcc(tmp_path, release: str) -> Path:
+    """An nvcc that prints what a real one of `release` prints for --version (build.sh reads its major)."""
+    bindir = tmp_path / f"cuda-{release}" / "bin"
+    bindir.mkdir(parents=True)
+    nvcc = bindir / "nvcc"
+    nvcc.write_text("#!/bin/sh\necho 'nvcc: NVIDIA (R) Cuda compiler driver'\n"
+                    f"echo 'Cuda compilation tools, release {release}, V{release}.88'\n")
+    nvcc.chmod(0o755)
+    return bindir.parent
+
+
+def _nvcc_flags(run) -> str:
+    """The flags build.sh exports, from its `set -x` trace (`+ export 'NVCC_APPEND_FLAGS= ...'`)."""
+    line = next(x for x in run.stderr.splitlines() if x.startswith("+ export") and "NVCC_APPEND_FLAGS=" in x)
+    return line.split("NVCC_APPEND_FLAGS=", 1)[1].rstrip("'")
+
+
+@pytest.mark.parametrize("release", ["12.9", "13.0"])
+def test_fatbin_size_mode_only_where_it_adds_no_driver_floor(tmp_path, release):
+    """build.sh adds nvcc's --compress-mode=size to -Xfatbin -compress-all for a CUDA major whose
+    facts say such fatbins need no driver above the major's minor-version floor (13: 580), and not
+    where they would (12: 550.54.14 against 525.60.13); the nvcc torch runs (CUDA_HOME's) decides."""
+    from mmstack.facts import gpus
+
+    major = gpus.load()
+    row = next(m for m in major.cuda_major if m.major == int(release.split(".")[0]))
+    assert row.fatbin_size_mode_driver and row.fatbin_size_mode_source
+    no_new_floor = gpus.version_key(row.fatbin_size_mode_driver) <= gpus.version_key(row.minor_compat_driver)
+    run = _build_sh(tmp_path, CF_TORCH_CUDA_ARCH_LIST=FAT_12_9, cuda_compiler_version=release,
+                    CUDA_HOME=str(_fake_nvcc(tmp_path, release)))
+    flags = _nvcc_flags(run)
+    assert "-Xfatbin -compress-all" in flags and "ERROR" not in run.stderr
+    assert ("--compress-mode=size" in flags) == no_new_floor
+    assert no_new_floor == (release == "13.0")  # what the facts say today
+
+
+def test_without_an_nvcc_to_ask_the_fatbin_keeps_compress_all_alone(tmp_path):
+    run = _build_sh(tmp_path, CF_TORCH_CUDA_ARCH_LIST=FAT_12_9)
+    assert _nvcc_flags(run).split() == ["-Xfatbin", "-compress-all"]
+
+
 def test_the_compiler_pin_reaches_the_build_requirements_of_both_engines():
     """issue 21 item 5: conda-forge's gcc 14 (zipped with CUDA in conda_build_config.yaml) is what
     every row's build environment asks for, in rattler-build's render and in the real

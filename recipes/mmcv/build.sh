@@ -85,11 +85,23 @@ if [[ "${with_cuda}" == "1" ]]; then
   export TORCH_CUDA_ARCH_LIST="${arch_list}"
   # nvcc only compresses some fatbin entries by default; -compress-all compresses every SASS
   # and PTX entry (a 3-arch test kernel with nvcc 13.0: 84 KB default, 31 KB with it, 94 KB
-  # with --no-compress). It is what PyTorch's own CMake build uses (TORCH_NVCC_FLAGS), works
-  # with every CUDA we build, and needs no newer driver, unlike --compress-mode=size
-  # (CUDA >= 12.8 only). torch's cpp_extension ignores TORCH_NVCC_FLAGS and mmcv's
+  # with --no-compress). It is what PyTorch's own CMake build uses (TORCH_NVCC_FLAGS) and works
+  # with every CUDA we build. torch's cpp_extension ignores TORCH_NVCC_FLAGS and mmcv's
   # MMCV_CUDA_ARGS is passed as one quoted token, so hand the flags to nvcc itself.
-  export NVCC_APPEND_FLAGS="${NVCC_APPEND_FLAGS:-} -Xfatbin -compress-all"
+  fatbin_flags="-Xfatbin -compress-all"
+  # With nvcc 13, --compress-mode=size on top (rapids-cmake's default for CUDA 13): on the H200
+  # the fat package shrank to 0.84x and the sm_90 one to 0.91x, both passing upstream's tests and
+  # the ladder on the GPU (benchmarks/results/h200/recipe-fat2, recipe-run8). Its fatbins need
+  # a driver of CUDA 13's own floor (580), but for CUDA 12 550.54.14, above 12's 525.60.13, so
+  # not there (fatbin_size_mode_driver in src/mmstack/data/gpus.toml).
+  # (the nvcc torch's cpp_extension runs: CUDA_HOME's, else the one on PATH)
+  nvcc_bin="nvcc"
+  if [[ -n "${CUDA_HOME:-}" && -x "${CUDA_HOME}/bin/nvcc" ]]; then nvcc_bin="${CUDA_HOME}/bin/nvcc"; fi
+  nvcc_major="$("${nvcc_bin}" --version 2>/dev/null | sed -n 's/.*release \([0-9][0-9]*\)\..*/\1/p' || true)"
+  if [[ "${nvcc_major:-0}" -ge 13 ]]; then
+    fatbin_flags="${fatbin_flags} --compress-mode=size"
+  fi
+  export NVCC_APPEND_FLAGS="${NVCC_APPEND_FLAGS:-} ${fatbin_flags}"
   if [[ -n "${GCC:-}" && -n "${CONDA_BUILD:-}${PREFIX:-}" ]]; then
     # torch passes `-ccbin $CC` to nvcc; conda's CC is the `...-cc` alias, nvcc wants the gcc
     # driver (pytorch3d-feedstock recipe.yaml does the same).

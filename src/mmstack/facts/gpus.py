@@ -114,6 +114,9 @@ class CudaMajor(_Strict):
     major: int
     minor_compat_driver: str = Field(pattern=_DRIVER_RE.pattern)
     source: Url
+    # the driver a `--compress-mode=size` fatbin of this major needs (None: no source, or no such mode)
+    fatbin_size_mode_driver: str | None = Field(default=None, pattern=_DRIVER_RE.pattern)
+    fatbin_size_mode_source: Url | None = None
 
 
 class CudaToolkit(_Strict):
