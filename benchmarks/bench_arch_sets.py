@@ -6,13 +6,13 @@ object size, plus the ratios. The arch lists come from conda_build_config.yaml's
 mmstack.facts.arch.gencode_flags (the one place flags are made):
 
     per-gen       one generation's list (default 9.0, the h100 row)
-    per-gen+cmp   per-gen with `-Xfatbin -compress-all` (what recipes/mmcv/build.sh passes)
-    per-gen+size  per-gen+cmp with `--compress-mode=size` (nvcc >= 12.8)
+    per-gen+cmp   per-gen with `-Xfatbin -compress-all` (what recipes/mmcv/build.sh passes to nvcc 12)
+    per-gen+size  per-gen+cmp with `--compress-mode=size` (nvcc >= 12.8; build.sh adds it for nvcc 13)
     fat           the fat list of the same CUDA (default the 13.0 row: 7.5;8.0;...;12.0+PTX)
     fat+thr       fat with `--threads 0` (nvcc compiles the archs of one unit in parallel)
-    fat+cmp       fat with `-Xfatbin -compress-all` (the recipe's fat build)
+    fat+cmp       fat with `-Xfatbin -compress-all` (the recipe's fat build with nvcc 12)
     fat+cmp+thr   fat+cmp with `--threads 0`
-    fat+size      fat+cmp with `--compress-mode=size` (rapids-cmake's choice for CUDA 13)
+    fat+size      fat+cmp with `--compress-mode=size` (rapids-cmake's and the recipe's choice for CUDA 13)
 
 Each row has the object's size and its `.nv_fatbin` bytes per arch (conda_sizes.stored_by_arch: the
 device code as stored, compressed where it is), so the device code can be told from host code.

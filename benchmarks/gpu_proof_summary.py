@@ -185,6 +185,8 @@ def main(argv: list[str] | None = None) -> int:
                                                          "cuda_distributions", "left_out", "seconds", "step_seconds")}
         | {"packages": len(standin.get("packages", [])),
            "bytes": sum(p["bytes"] for p in standin.get("packages", []))},
+        # NVCC_EXTRA: nvcc flags the run appended to build.sh's own (issue 24 item 3's fat builds)
+        "nvcc_extra": (res / "nvcc_extra.txt").read_text().strip() if (res / "nvcc_extra.txt").is_file() else None,
         "builds": {tag: build_summary(res, tag, cores, sizes) for tag in ("noarch", "sm90", "mmdet", "ptx", "fat", "sm90nt", "mmdetnt")},
         "installed_prefix_ladder": {tag: ladder_summary(res, tag) for tag in ("sm90", "ptx")},
         "installed_prefix_l4_complete": {tag: ladder_summary(res, tag, "l4complete") for tag in ("sm90", "ptx")},

@@ -533,12 +533,35 @@ def _fat_vs_sm90(docs) -> tuple[list[str], list[list[object]]]:
             "parallel limit", "span / limit", ".conda bytes", "× sm_90", "upstream tests in the sandbox"], rows
 
 
+# issue 24 item 3: the builds compared, each with its conda_sizes file where the package came back
+FAT_VARIANTS = (("recipe-run7", "sm90", "conda_sizes_sm90.json"), ("recipe-run8", "sm90", "conda_sizes_sm90.json"),
+                ("recipe-fat1", "fat", None), ("recipe-fat3", "fat", "conda_sizes.json"), ("recipe-fat2", "fat", "conda_sizes.json"))
+
+
+def _fat_variants(docs) -> tuple[list[str], list[list[object]]]:
+    """The sm_90 and fat builds with the recipe's `-Xfatbin -compress-all` and with the flags a run
+    added (NVCC_EXTRA): time, compile span, the .conda and its device code; docs: summaries then
+    conda_sizes files, in FAT_VARIANTS order (those with one)."""
+    summaries, sizes = docs[:len(FAT_VARIANTS)], iter(docs[len(FAT_VARIANTS):])
+    rows = []
+    for (run, tag, sizes_file), d in zip(FAT_VARIANTS, summaries, strict=True):
+        b = d["builds"][tag]
+        c, pkg = b["compile"], b["packages"][0]
+        device = next(sizes)["packages"][0]["nv_fatbin_bytes"] if sizes_file else None
+        rows.append([run, f"`{pkg['variant']['mmcv_arch_list']}`", "`-Xfatbin -compress-all`" + (f" `{d['nvcc_extra']}`" if d["nvcc_extra"] else ""),
+                     f"{b['command_wall_s']:.0f} s", f"{c['unit_cpu_s']:,.0f}", f"`{c['longest_unit']['unit']}` {c['longest_unit']['s']:.0f} s",
+                     f"{c['span_over_limit']:.3f}×", f"{pkg['conda_bytes']:,}", f"{device:,}" if device else MISSING,
+                     _upstream(b), ", ".join(f"{k} {v['status']}" for k, v in b["sandbox_ladder"]["levels"].items())])
+    return ["run", "arch list", "nvcc fatbin flags", "`mmstack build` wall", "unit CPU-s", "longest unit", "span / limit",
+            ".conda bytes", "device code (`.nv_fatbin`)", "upstream tests in the sandbox", "sandbox ladder on the GPU"], rows
+
+
 def _fatbin_compress(docs) -> tuple[list[str], list[list[object]]]:
     """bench_arch_sets.py --config ...: the device code of a unit under each fatbin compression."""
     d = docs[0]
-    names = {"per-gen": f"`{d['per_gen']}` uncompressed", "per-gen+cmp": f"`{d['per_gen']}` `-Xfatbin -compress-all` (recipe)",
-             "per-gen+size": f"`{d['per_gen']}` + `--compress-mode=size`", "fat+cmp": "fat `-Xfatbin -compress-all` (recipe)",
-             "fat+size": "fat + `--compress-mode=size`"}
+    names = {"per-gen": f"`{d['per_gen']}` uncompressed", "per-gen+cmp": f"`{d['per_gen']}` `-Xfatbin -compress-all` (recipe, CUDA 12)",
+             "per-gen+size": f"`{d['per_gen']}` + `--compress-mode=size` (recipe, CUDA 13)",
+             "fat+cmp": "fat `-Xfatbin -compress-all` (recipe, CUDA 12)", "fat+size": "fat + `--compress-mode=size` (recipe, CUDA 13)"}
     rows = []
     for unit, configs in d["units"].items():
         base = configs["per-gen+cmp"]["fatbin_bytes"]
@@ -546,7 +569,7 @@ def _fatbin_compress(docs) -> tuple[list[str], list[list[object]]]:
             cmp = configs.get(key.replace("+size", "+cmp")) if key.endswith("+size") else None
             rows.append([unit if i == 0 else "", names.get(key, key), f"{r['cpu_s']:.1f}", f"{r['bytes']:,}", f"{r['fatbin_bytes']:,}",
                          f"{r['fatbin_bytes'] / base:.2f}", f"{r['fatbin_bytes'] / cmp['fatbin_bytes']:.2f}" if cmp else ""])
-    return ["unit", "config", "CPU s", "object bytes", "device code bytes", "× sm_90 recipe", "size / compress-all"], rows
+    return ["unit", "config", "CPU s", "object bytes", "device code bytes", "× `9.0` compress-all", "size / compress-all"], rows
 
 
 def _cpu_detector(docs) -> tuple[list[str], list[list[object]]]:
@@ -595,6 +618,8 @@ TABLES: dict[str, Table] = {
                                  build=_recipe_builds),
     "h200-recipe7-prefix": Table(sources=["h200/recipe-run7/summary.json"], build=_recipe_prefix),
     "h200-fat-build": Table(sources=["h200/recipe-run7/summary.json", "h200/recipe-fat1/summary.json"], build=_fat_vs_sm90),
+    "h200-fat-variants": Table(sources=[f"h200/{r}/summary.json" for r, _, _ in FAT_VARIANTS]
+                               + [f"h200/{r}/{s}" for r, _, s in FAT_VARIANTS if s], build=_fat_variants),
     "h200-patchab-deform": Table(sources=[f"h200/recipe-run7/patchab_mmcv-{_P11}.json"], build=_patch_ab_times),
     "h200-patchab-deform-grads": Table(sources=[f"h200/recipe-run7/patchab_mmcv-{_P11}.json"], build=_patch_ab_grads),
     "h200-patchab-roi-align": Table(sources=[f"h200/recipe-run6/patchab_mmcv-{_P10}.json"], build=_patch_ab_times),
@@ -619,6 +644,7 @@ TABLES: dict[str, Table] = {
 }
 
 _R5, _R6, _R7, _FAT = "h200/recipe-run5", "h200/recipe-run6", "h200/recipe-run7", "h200/recipe-fat1"
+_R8, _FAT2, _FAT3 = "h200/recipe-run8", "h200/recipe-fat2", "h200/recipe-fat3"  # this lease: size mode, --threads 0
 
 
 def _op(doc, op, shape_start, dtype="float32", passes="forward"):
@@ -662,6 +688,14 @@ def _fat_per_target(fat_summary) -> float:
 def _size_ratios(bench, arch_set: str) -> list[float]:
     """bench_arch_sets.py: per unit, the device code with --compress-mode=size over -compress-all's."""
     return [r[arch_set + "+size"]["fatbin_bytes"] / r[arch_set + "+cmp"]["fatbin_bytes"] for r in bench["units"].values()]
+
+
+def _size_mode_device_ratios(fat2_sizes) -> list[float]:
+    """Per arch, the device code stored with --compress-mode=size over -compress-all's: the fat
+    packages of one machine (recipe-fat2, recipe-fat3) and the two sm_90 ones (run8, run7)."""
+    size, cmp_ = fat2_sizes["packages"][0], load(f"{_FAT3}/conda_sizes.json")["packages"][0]
+    sm90 = [load(f"{r}/conda_sizes_sm90.json")["packages"][0]["stored_by_arch"]["9.0"] for r in (_R8, _R7)]
+    return [size["stored_by_arch"][a] / cmp_["stored_by_arch"][a] for a in size["stored_by_arch"]] + [sm90[0] / sm90[1]]
 
 
 def _size_projection(bench) -> float:
@@ -724,6 +758,29 @@ VALUES: dict[str, Value] = {
     "h200-patchab-0011-upstream": Value(f"{_R7}/patchab_mmcv-{_P11}.json", compute=_upstream_counts),
     "h200-sm90-device-bytes": Value(f"{_R7}/conda_sizes_sm90.json", compute=lambda d: _mb(d["packages"][0]["nv_fatbin_bytes"])),
     "h200-fat-per-target": Value(f"{_FAT}/summary.json", compute=lambda d: _mb(_fat_per_target(d))),
+    "h200-size-fat-ratio": Value(f"{_FAT2}/conda_sizes.json", spec="{:.2f}", compute=lambda d: (
+        d["packages"][0]["conda_bytes"] / load(f"{_FAT3}/conda_sizes.json")["packages"][0]["conda_bytes"])),
+    "h200-size-sm90-ratio": Value(f"{_R8}/conda_sizes_sm90.json", spec="{:.2f}", compute=lambda d: (
+        d["packages"][0]["conda_bytes"] / load(f"{_R7}/conda_sizes_sm90.json")["packages"][0]["conda_bytes"])),
+    "h200-size-device-range": Value(f"{_FAT2}/conda_sizes.json", compute=lambda d: _range(_size_mode_device_ratios(d))),
+    "h200-size-fat-over-sm90": Value(f"{_FAT2}/conda_sizes.json", spec="{:.2f}", compute=lambda d: (
+        d["packages"][0]["conda_bytes"] / load(f"{_R8}/conda_sizes_sm90.json")["packages"][0]["conda_bytes"])),
+    **{f"h200-l3-{k}": Value(f"{r}/summary.json", spec="{:.1f}", compute=lambda d: d["builds"]["fat"]["sandbox_ladder"]["levels"]["L3"]["seconds"])
+       for k, r in (("size", _FAT2), ("cmp", _FAT3))},
+    "h200-lease-driver": Value(f"{_FAT2}/summary.json", compute=lambda d: d["machine"][0].split(", ")[2]),
+    "h200-size-cpu-ratios": Value(f"{_FAT2}/summary.json", compute=lambda d: "{:.2f} (fat2 / fat1) and {:.2f} (run8 / run7)".format(
+        d["builds"]["fat"]["compile"]["unit_cpu_s"] / load(f"{_FAT}/summary.json")["builds"]["fat"]["compile"]["unit_cpu_s"],
+        load(f"{_R8}/summary.json")["builds"]["sm90"]["compile"]["unit_cpu_s"] / load(f"{_R7}/summary.json")["builds"]["sm90"]["compile"]["unit_cpu_s"])),
+    "h200-fat-span-range": Value(f"{_FAT}/summary.json", compute=lambda d: _range(
+        (load(f"{r}/summary.json")["builds"]["fat"]["compile"]["span_over_limit"] for r in (_FAT, _FAT2, _FAT3)), "{:.3f}")),
+    "h200-threads-cpu-ratio": Value(f"{_FAT3}/summary.json", spec="{:.2f}", compute=lambda d: (
+        d["builds"]["fat"]["compile"]["unit_cpu_s"] / load(f"{_FAT2}/summary.json")["builds"]["fat"]["compile"]["unit_cpu_s"])),
+    "h200-threads-cpu-ratio-fat1": Value(f"{_FAT3}/summary.json", spec="{:.2f}", compute=lambda d: (
+        d["builds"]["fat"]["compile"]["unit_cpu_s"] / load(f"{_FAT}/summary.json")["builds"]["fat"]["compile"]["unit_cpu_s"])),
+    "h200-threads-longest": Value(f"{_FAT3}/summary.json", compute=lambda d: "{:.0f} s against {:.0f} s".format(
+        d["builds"]["fat"]["compile"]["longest_unit"]["s"], load(f"{_FAT2}/summary.json")["builds"]["fat"]["compile"]["longest_unit"]["s"])),
+    "h200-threads-wall": Value(f"{_FAT3}/summary.json", compute=lambda d: "{:.0f} s against {:.0f} s".format(
+        d["builds"]["fat"]["command_wall_s"], load(f"{_FAT2}/summary.json")["builds"]["fat"]["command_wall_s"])),
     "h200-fat-size-projection": Value("cpu-dev/fatbin_compress.json", spec="{:.2f}", compute=lambda d: _size_projection(d)),
     "cpu-fatbin-size-range": Value("cpu-dev/fatbin_compress.json",
                                    compute=lambda d: _range(_size_ratios(d, "per-gen") + _size_ratios(d, "fat"))),
@@ -766,7 +823,8 @@ class Plot:
 
 
 _BUILDS = {"recipe-run1": ("sm90", "ptx", "sm90nt"), "recipe-run2": ("sm90",), "recipe-run3": ("sm90",), "recipe-run4": ("sm90",),
-           "recipe-run5": ("ptx",), "recipe-run6": ("sm90",), "recipe-run7": ("sm90",), "recipe-fat1": ("fat",)}
+           "recipe-run5": ("ptx",), "recipe-run6": ("sm90",), "recipe-run7": ("sm90",), "recipe-fat1": ("fat",),
+           "recipe-run8": ("sm90",), "recipe-fat2": ("fat",), "recipe-fat3": ("fat",)}
 PLOTS: dict[str, Plot] = {
     **{f"h200-units-{run}-{tag}": Plot(
         sources=[f"h200/{run}/units_{tag}.json", f"h200/{run}/rattler-build-{tag}.log", f"h200/{run}/machine.txt"],

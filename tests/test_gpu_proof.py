@@ -61,9 +61,12 @@ RUN5 = RUN1.with_name("recipe-run5")
 RUN6 = RUN1.with_name("recipe-run6")
 RUN7 = RUN1.with_name("recipe-run7")
 FAT1 = RUN1.with_name("recipe-fat1")
+FAT2 = RUN1.with_name("recipe-fat2")  # the fat build with --compress-mode=size
+FAT3 = RUN1.with_name("recipe-fat3")  # the fat build with --threads 0
+RUN8 = RUN1.with_name("recipe-run8")  # sm_90 with --compress-mode=size
 
 
-@pytest.mark.parametrize("run", [RUN1, RUN2, RUN3, RUN4, RUN5, RUN6, RUN7, FAT1], ids=lambda p: p.name)
+@pytest.mark.parametrize("run", [RUN1, RUN2, RUN3, RUN4, RUN5, RUN6, RUN7, RUN8, FAT1, FAT2, FAT3], ids=lambda p: p.name)
 def test_recipe_run_summary_is_what_the_script_makes_of_the_committed_files(run):
     if not run.is_dir():
         pytest.skip(f"no committed {run.name} results")
@@ -218,6 +221,56 @@ def test_recipe_fat1_fat_build_was_tested_on_the_gpu_within_its_parallel_limit()
     sizes = json.loads((RUN7 / "conda_sizes_sm90.json").read_text())["packages"][0]
     assert sizes["conda_bytes"] == sm90["packages"][0]["conda_bytes"] and list(sizes["stored_by_arch"]) == ["9.0"]
     assert 0 < sizes["nv_fatbin_bytes"] < sizes["ext_bytes"]
+
+
+def _tested_on_the_gpu(build, tag_prefix):
+    """A build of scripts/gpu-proof.sh that landed after its whole test section passed on the GPU."""
+    assert build["command_rc"] == 0 and build["tests_run"] and build["landed_in_channel"]
+    (pkg,) = build["packages"]
+    assert pkg["build_string"].startswith(tag_prefix)
+    levels = build["sandbox_ladder"]["levels"]
+    assert {k: v["status"] for k, v in levels.items()} == {"L1": "PASS", "L2": "PASS", "L3": "PASS", "L4": "PASS"}
+    assert f"SASS [{', '.join(pkg['variant']['mmcv_arch_list'].split(';'))}]" in levels["L2"]["reason"]
+    (upstream,) = pkg["test_results"]
+    assert upstream["counts"]["failed"] == upstream["counts"]["error"] == 0 and upstream["counts"]["passed"] >= 200
+    return pkg
+
+
+@pytest.mark.parametrize(("run", "tag", "flags"), [(FAT2, "fat", "--compress-mode=size"), (FAT3, "fat", "--threads 0"),
+                                                   (RUN8, "sm90", "--compress-mode=size")], ids=lambda x: getattr(x, "name", x))
+def test_fat_build_variants_reached_nvcc_and_passed_on_the_gpu(run, tag, flags):
+    """issue 24 item 3: the fat build with nvcc --compress-mode=size and with --threads 0 (and the sm_90
+    build with size mode): the flags reached nvcc (build.sh's trace in the log), and each package
+    passed upstream's tests and L1-L4 on the H200 with the stand-in pytorch's six SASS targets."""
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["nvcc_extra"] == flags
+    log = read_log(run / f"rattler-build-{tag}.log")
+    assert f"-Xfatbin -compress-all {flags}'" in log
+    build = summary["builds"][tag]
+    _tested_on_the_gpu(build, f"cuda130_{'all' if tag == 'fat' else 'sm90'}_py312_")
+    assert build["compile"]["span_over_limit"] <= 1.1
+
+
+def test_size_mode_shrinks_both_packages_and_threads_buy_no_wall_time():
+    """What the three builds showed: --compress-mode=size stores less device code per arch than
+    -compress-all alone (fat: recipe-fat3's, same machine; sm_90: recipe-run7's), so both packages
+    are smaller, but the fat/sm_90 ratio stays far above 1.6x; --threads 0 cut the longest unit but
+    the fat build is CPU-bound (limit = unit CPU-s / cores), so it spent more CPU and no less wall."""
+    size = json.loads((FAT2 / "conda_sizes.json").read_text())["packages"][0]
+    cmp_ = json.loads((FAT3 / "conda_sizes.json").read_text())["packages"][0]
+    assert set(size["stored_by_arch"]) == set(cmp_["stored_by_arch"]) and len(size["stored_by_arch"]) == 6
+    assert all(size["stored_by_arch"][a] < cmp_["stored_by_arch"][a] for a in size["stored_by_arch"])
+    assert size["text_bytes"] == cmp_["text_bytes"]  # host code identical: only the fatbin differs
+    sm90_size = json.loads((RUN8 / "conda_sizes_sm90.json").read_text())["packages"][0]
+    sm90_cmp = json.loads((RUN7 / "conda_sizes_sm90.json").read_text())["packages"][0]
+    assert sm90_size["stored_by_arch"]["9.0"] < sm90_cmp["stored_by_arch"]["9.0"]
+    assert size["conda_bytes"] < cmp_["conda_bytes"] and sm90_size["conda_bytes"] < sm90_cmp["conda_bytes"]
+    assert size["conda_bytes"] / sm90_size["conda_bytes"] > 1.6
+    fat = {r.name: json.loads((r / "summary.json").read_text())["builds"]["fat"] for r in (FAT2, FAT3)}
+    thr, base = fat["recipe-fat3"]["compile"], fat["recipe-fat2"]["compile"]
+    assert thr["longest_unit"]["s"] < base["longest_unit"]["s"] and thr["unit_cpu_s"] > base["unit_cpu_s"]
+    assert thr["parallel_limit_s"] == round(thr["unit_cpu_s"] / thr["cores"], 1)  # CPU-bound, not longest-unit-bound
+    assert fat["recipe-fat3"]["command_wall_s"] >= fat["recipe-fat2"]["command_wall_s"]
 
 
 def test_nvcc_extra_finds_the_one_flag_line_it_extends_in_build_sh(tmp_path):
