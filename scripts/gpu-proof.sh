@@ -30,8 +30,9 @@
 #             `mmstack verify --expect-gpu --levels L1..L5 --model faster-rcnn,faster-rcnn-mdconv`
 #   ptx       the same recipe for `8.0+PTX` (runs on sm_90 only through the driver's JIT)
 #   fat       the same recipe for the fat variant (arch_tag all, the stand-in pytorch's arch list),
-#             with its tests; over 600 s on 16 cores: `STAGES="channel seed fat" ... --start 570`, then
-#             `--collect 570` calls back to back (issue 24 item 3; not run yet)
+#             with its tests; over 600 s on 16 cores: `STAGES="channel noarch fat" ... --start 560`, then
+#             `--collect 570` calls back to back (issue 24 item 3: recipe-fat1, -fat2, -fat3); a second
+#             fat build on the same warm machine: `rm -rf $WORK/channel; STAGES="noarch fat" ... --start`
 #   installptx  as install90, for the PTX build, plus `mmstack arch check` for the prediction
 #   seed      the .conda files of an earlier call ($CARRY/packages, as `--collect` returned them
 #             under $OUT/packages) added to the channel instead of rebuilding them
