@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import fnmatch
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -280,8 +282,6 @@ def test_check_recipes_passes_on_the_repository():
 
 
 def test_check_recipes_fails_when_meta_yaml_drifts_from_its_recorded_conda_build_render(tmp_path):
-    import shutil
-
     from mmstack.builder.recipes import CONDA_BUILD_RENDER, check_recipes
     from mmstack.errors import CheckFailed
 
@@ -301,8 +301,6 @@ def test_check_recipes_fails_when_meta_yaml_drifts_from_its_recorded_conda_build
 def test_check_recipes_names_the_recipe_when_build_strings_collide(tmp_path):
     """A build string that forgets the arch tag makes the per-generation builds of one CUDA
     indistinguishable: `mmstack check` must fail naming the recipe."""
-    import shutil
-
     from mmstack.builder.recipes import check_recipes
     from mmstack.errors import CheckFailed
 
@@ -324,8 +322,6 @@ FAT_12_9 = "5.0;6.0;7.0;7.5;8.0;8.6;9.0;10.0;12.0+PTX"
 
 def _build_sh(tmp_path, **env):
     """build.sh up to its variant checks: PYTHON=false makes it stop at the first python call after."""
-    import subprocess
-
     base = {"PATH": "/usr/bin:/bin", "CONDA_BUILD": "1", "cuda_compiler_version": "12.9",
             "MMSTACK_ARCH_TAG": "all", "MMSTACK_ARCH_LIST": FAT_12_9, "PYTHON": "false", "SRC_DIR": str(tmp_path)}
     env = {k: v for k, v in {**base, **env}.items() if v is not None}
@@ -390,6 +386,16 @@ def test_fatbin_size_mode_only_where_it_adds_no_driver_floor(tmp_path, release):
     assert "-Xfatbin -compress-all" in flags and "ERROR" not in run.stderr
     assert ("--compress-mode=size" in flags) == no_new_floor
     assert no_new_floor == (release == "13.0")  # what the facts say today
+
+
+@pytest.mark.skipif(not shutil.which("nvcc"), reason="no nvcc on PATH")
+def test_build_sh_reads_the_real_nvcc_on_path(tmp_path):
+    """The real nvcc's --version (this machine's, 13.0 on the development and CI machines) parses."""
+    nvcc = shutil.which("nvcc")
+    release = re.search(r"release (\d+)\.(\d+)", subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout)
+    run = _build_sh(tmp_path, CF_TORCH_CUDA_ARCH_LIST=FAT_12_9, PATH=f"{Path(nvcc).parent}:/usr/bin:/bin")
+    assert f"+ nvcc_major={release.group(1)}" in run.stderr
+    assert ("--compress-mode=size" in _nvcc_flags(run)) == (int(release.group(1)) >= 13)
 
 
 def test_without_an_nvcc_to_ask_the_fatbin_keeps_compress_all_alone(tmp_path):
