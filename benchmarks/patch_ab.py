@@ -164,10 +164,21 @@ def times(python: str, over: Overlay, device: str, ops: str, rounds: int, repeat
 GRAD_OPS = ("roi_align", "deform_conv2d", "modulated_deform_conv2d")  # the ops GRADS knows
 
 
+def each_side(python: str, over: Overlay, script: str, *args: str, timeout: float | None = None) -> dict:
+    """`python -c script args...` released and patched; per side, its last stdout line as JSON. A side
+    that exits non-zero raises with the end of its stderr."""
+    out = {}
+    for side in ("released", "patched"):
+        done = _child([python, "-c", script, *args], side, over, timeout=timeout)
+        if done.returncode != 0:
+            raise RuntimeError(f"{side} side exited {done.returncode}: {done.stderr[-1500:]}")
+        out[side] = json.loads(done.stdout.strip().splitlines()[-1])
+    return out
+
+
 def grads(python: str, over: Overlay, device: str, ops: list[str]) -> dict:
     dtypes = "float16,float32" if device == "cuda" else "float32"
-    return {side: json.loads(_child([python, "-c", GRADS, device, dtypes, ",".join(ops)], side, over, check=True).stdout)
-            for side in ("released", "patched")}
+    return each_side(python, over, GRADS, device, dtypes, ",".join(ops))
 
 
 def upstream(python: str, over: Overlay, archive: Path, tests: list[str], work: Path) -> dict:

@@ -678,6 +678,11 @@ def _upstream_counts(doc):
     return text + (" on both sides" if sides["released"] == c else f" (released: {sides['released']})")
 
 
+def _build(run: str, tag: str = "fat") -> dict:
+    """A gpu-proof run's build of `tag` from its summary.json."""
+    return load(f"{run}/summary.json")["builds"][tag]
+
+
 def _fat_per_target(fat_summary) -> float:
     """(fat .conda - sm_90 .conda) / (targets - 1): what one more SASS target adds to the package."""
     fat = fat_summary["builds"]["fat"]["packages"][0]
@@ -769,18 +774,17 @@ VALUES: dict[str, Value] = {
        for k, r in (("size", _FAT2), ("cmp", _FAT3))},
     "h200-lease-driver": Value(f"{_FAT2}/summary.json", compute=lambda d: d["machine"][0].split(", ")[2]),
     "h200-size-cpu-ratios": Value(f"{_FAT2}/summary.json", compute=lambda d: "{:.2f} (fat2 / fat1) and {:.2f} (run8 / run7)".format(
-        d["builds"]["fat"]["compile"]["unit_cpu_s"] / load(f"{_FAT}/summary.json")["builds"]["fat"]["compile"]["unit_cpu_s"],
-        load(f"{_R8}/summary.json")["builds"]["sm90"]["compile"]["unit_cpu_s"] / load(f"{_R7}/summary.json")["builds"]["sm90"]["compile"]["unit_cpu_s"])),
+        _build(_FAT2)["compile"]["unit_cpu_s"] / _build(_FAT)["compile"]["unit_cpu_s"],
+        _build(_R8, "sm90")["compile"]["unit_cpu_s"] / _build(_R7, "sm90")["compile"]["unit_cpu_s"])),
     "h200-fat-span-range": Value(f"{_FAT}/summary.json", compute=lambda d: _range(
-        (load(f"{r}/summary.json")["builds"]["fat"]["compile"]["span_over_limit"] for r in (_FAT, _FAT2, _FAT3)), "{:.3f}")),
-    "h200-threads-cpu-ratio": Value(f"{_FAT3}/summary.json", spec="{:.2f}", compute=lambda d: (
-        d["builds"]["fat"]["compile"]["unit_cpu_s"] / load(f"{_FAT2}/summary.json")["builds"]["fat"]["compile"]["unit_cpu_s"])),
-    "h200-threads-cpu-ratio-fat1": Value(f"{_FAT3}/summary.json", spec="{:.2f}", compute=lambda d: (
-        d["builds"]["fat"]["compile"]["unit_cpu_s"] / load(f"{_FAT}/summary.json")["builds"]["fat"]["compile"]["unit_cpu_s"])),
+        (_build(r)["compile"]["span_over_limit"] for r in (_FAT, _FAT2, _FAT3)), "{:.3f}")),
+    **{name: Value(f"{_FAT3}/summary.json", spec="{:.2f}", compute=lambda d, base=base: (
+        _build(_FAT3)["compile"]["unit_cpu_s"] / _build(base)["compile"]["unit_cpu_s"]))
+       for name, base in (("h200-threads-cpu-ratio", _FAT2), ("h200-threads-cpu-ratio-fat1", _FAT))},
     "h200-threads-longest": Value(f"{_FAT3}/summary.json", compute=lambda d: "{:.0f} s against {:.0f} s".format(
-        d["builds"]["fat"]["compile"]["longest_unit"]["s"], load(f"{_FAT2}/summary.json")["builds"]["fat"]["compile"]["longest_unit"]["s"])),
+        _build(_FAT3)["compile"]["longest_unit"]["s"], _build(_FAT2)["compile"]["longest_unit"]["s"])),
     "h200-threads-wall": Value(f"{_FAT3}/summary.json", compute=lambda d: "{:.0f} s against {:.0f} s".format(
-        d["builds"]["fat"]["command_wall_s"], load(f"{_FAT2}/summary.json")["builds"]["fat"]["command_wall_s"])),
+        _build(_FAT3)["command_wall_s"], _build(_FAT2)["command_wall_s"])),
     "h200-fat-size-projection": Value("cpu-dev/fatbin_compress.json", spec="{:.2f}", compute=lambda d: _size_projection(d)),
     "cpu-fatbin-size-range": Value("cpu-dev/fatbin_compress.json",
                                    compute=lambda d: _range(_size_ratios(d, "per-gen") + _size_ratios(d, "fat"))),

@@ -13,7 +13,6 @@ as released.
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 import sys
@@ -68,12 +67,7 @@ def test_0012_waits_in_proposed_with_its_ab_arguments():
 def test_the_offset_path_keeps_what_the_per_class_path_keeps(real_mmcv_python, tmp_path):
     over = patch_ab.overlay(PATCH, tmp_path / "overlay", real_mmcv_python)
     assert over.side == "patched"  # the recipe's package does not carry 0012
-    sides = {}
-    for side in ("released", "patched"):
-        done = subprocess.run([real_mmcv_python, "-c", PATHS], capture_output=True, text=True, timeout=300,
-                              env=patch_ab._env(side, over))
-        assert done.returncode == 0, done.stderr[-1500:]
-        sides[side] = json.loads(done.stdout.strip().splitlines()[-1])
+    sides = patch_ab.each_side(real_mmcv_python, over, PATHS, timeout=300)
     for doc in sides.values():
         assert doc["default"]["kept"] == doc["offset"]["kept"]  # the same boxes, each with the same det
         assert doc["default"]["score_sorted"] and doc["offset"]["score_sorted"]

@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -107,11 +106,6 @@ def test_0011_leaves_cpu_gradients_of_both_ops_bit_for_bit(real_mmcv_python, tmp
     overlay reverses it): both sides import and the gradients of every input of both ops are equal."""
     over = patch_ab.overlay(PATCH, tmp_path / "overlay", real_mmcv_python)
     assert over.side == "released"
-    sides = {}
-    for side in ("released", "patched"):
-        done = subprocess.run([real_mmcv_python, "-c", GRADS], capture_output=True, text=True, timeout=300,
-                              env=patch_ab._env(side, over))
-        assert done.returncode == 0, done.stderr[-1500:]
-        sides[side] = json.loads(done.stdout.strip().splitlines()[-1])
+    sides = patch_ab.each_side(real_mmcv_python, over, GRADS, timeout=300)
     assert sides["released"] == sides["patched"]
     assert all(any(v != 0 for v in g) for grads in sides["patched"].values() for g in grads)
