@@ -2,6 +2,13 @@
 
     python benchmarks/bench_detector.py --device cuda --json > detector.json
     python benchmarks/bench_detector.py --device cpu --image-size 128 --iters 2 --repeats 3
+    python benchmarks/bench_detector.py --device cuda --batch-size 8 --repeats 10 --paired --json
+
+Sequential by default: each side is built, warmed up and timed in one block, then the next, so
+drift of the machine between blocks lands on one side. `--paired` (mmdet and torchvision-matched
+only) builds both in one process and alternates their timings ABBA; its ratio is the median of the
+per-pair ratios, but the two models then share one caching allocator and one Python heap (on the
+H200 mmdet's rate dropped in pairs: benchmarks/results/h200/detector-retime/, docs/mmdet.md).
 
 Both sides train ResNet-50-FPN Faster R-CNN from random weights on the same fixed synthetic
 batch (src/mmstack/verify/train_detector.py makes it), with SGD and, on CUDA, float16 autocast with a
@@ -48,16 +55,17 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize(device)
 
 
-def _time(step, *, warmup: int, iters: int, repeats: int, device: str) -> dict:
-    losses = [step() for _ in range(warmup)]
-    rates = []
-    for _ in range(repeats):
-        _sync(device)
-        start = time.perf_counter()
-        for _ in range(iters):
-            losses.append(step())
-        _sync(device)
-        rates.append(iters / (time.perf_counter() - start))
+def _timing(step, losses: list, *, iters: int, device: str) -> float:
+    """One timing: `iters` iterations between two synchronisations; it/s."""
+    _sync(device)
+    start = time.perf_counter()
+    for _ in range(iters):
+        losses.append(step())
+    _sync(device)
+    return iters / (time.perf_counter() - start)
+
+
+def _summary(rates: list[float], losses: list[float]) -> dict:
     return {
         "iters_per_s": statistics.median(rates),
         "iters_per_s_all": rates,
@@ -67,6 +75,12 @@ def _time(step, *, warmup: int, iters: int, repeats: int, device: str) -> dict:
         # Speed of a diverging run means little: say so next to the number.
         "loss_fell": losses[-1] < losses[0],
     }
+
+
+def _time(step, *, warmup: int, iters: int, repeats: int, device: str) -> dict:
+    losses = [step() for _ in range(warmup)]
+    rates = [_timing(step, losses, iters=iters, device=device) for _ in range(repeats)]
+    return _summary(rates, losses)
 
 
 def mmdet_step(args, samples):
@@ -189,6 +203,39 @@ def bench_torchvision(args, samples, variant: str) -> dict:
     return result
 
 
+def bench_paired(args, samples) -> dict:
+    """--paired: mmdet and torchvision-matched built side by side in this process, each warmed up,
+    then their timings alternate in ABBA order (mmdet, tv, tv, mmdet, ...), so the machine's drift
+    (CPU clocks, other tenants: at batch 2 both models are launch-bound) hits both sides alike.
+    The ratio is the median of the per-pair ratios, each pair two adjacent timings."""
+    try:
+        td._require_stack()
+        import torchvision  # noqa: F401
+    except Exception as exc:  # noqa: BLE001 - a side that cannot run is reported, not timed
+        return {"skipped": f"{type(exc).__name__}: {exc}"}
+    _, mm = mmdet_step(args, samples)
+    tv = torchvision_step(args, samples, "matched")
+    steps = {"mmdet": mm, "torchvision-matched": tv}
+    losses = {name: [step() for _ in range(args.warmup)] for name, step in steps.items()}
+    rates = {name: [] for name in steps}
+    pairs = []
+    for i in range(args.repeats):
+        order = ("mmdet", "torchvision-matched") if i % 2 == 0 else ("torchvision-matched", "mmdet")
+        pair = {name: _timing(steps[name], losses[name], iters=args.iters, device=args.device) for name in order}
+        for name, rate in pair.items():
+            rates[name].append(rate)
+        pairs.append({"first": order[0], **pair, "ratio": pair["mmdet"] / pair["torchvision-matched"]})
+    ratios = [p["ratio"] for p in pairs]
+    return {
+        "order": "ABBA: pair i times mmdet first where i is even, torchvision first where odd",
+        "sides": {name: _summary(rates[name], losses[name]) for name in steps},
+        "pairs": pairs,
+        "ratio_median_of_pairs": statistics.median(ratios),
+        "ratio_min": min(ratios),
+        "ratio_max": max(ratios),
+    }
+
+
 def run(args) -> dict:
     import torch
 
@@ -202,6 +249,21 @@ def run(args) -> dict:
         num_classes=args.num_classes,
         seed=args.seed,
     )
+    if args.paired:
+        return {
+            "device": args.device,
+            "device_name": (
+                torch.cuda.get_device_name(args.device) if args.device.startswith("cuda") else "cpu"
+            ),
+            "model": args.model,
+            "image_size": args.image_size,
+            "batch_size": args.batch_size,
+            "amp": args.amp and args.device.startswith("cuda"),
+            "warmup": args.warmup,
+            "iters": args.iters,
+            "repeats": args.repeats,
+            "paired": bench_paired(args, samples),
+        }
     sides = {}
     benches = {
         "mmdet": lambda: bench_mmdet(args, samples),
@@ -237,6 +299,16 @@ def run(args) -> dict:
 
 
 def _print_table(report: dict) -> None:
+    if "paired" in report:
+        paired = report["paired"]
+        if "skipped" in paired:
+            print(f"paired: skipped: {paired['skipped']}")
+            return
+        for p in paired["pairs"]:
+            print(f"  mmdet {p['mmdet']:8.3f} it/s  torchvision-matched {p['torchvision-matched']:8.3f} it/s  "
+                  f"ratio {p['ratio']:.3f} ({p['first']} first)")
+        print(f"  median of pair ratios: {paired['ratio_median_of_pairs']:.3f}")
+        return
     print(
         f"{report['model']} on {report['device_name']}, batch {report['batch_size']}x"
         f"{report['image_size']}px, amp={report['amp']}, median of {report['repeats']}x"
@@ -268,6 +340,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lr", type=float, default=td.LR)
     parser.add_argument("--seed", type=int, default=td.SEED)
     parser.add_argument("--no-amp", dest="amp", action="store_false")
+    parser.add_argument("--paired", action="store_true",
+                        help="mmdet and torchvision-matched only, timings alternating (ABBA); ratio per pair")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     real_stdout = sys.stdout

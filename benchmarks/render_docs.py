@@ -408,6 +408,7 @@ def _ops_full(docs) -> tuple[list[str], list[list[object]]]:
 _BATCHES = ("2", "8", "16")
 _P10, _P3 = "0010-roi-align-half-backward-in-float", "0003-randperm-on-the-gallerys-device"
 _P11 = "0011-deform-conv-half-backward-in-float"
+_P12 = "0012-batched-nms-cuda-one-pass-to-20k"
 
 
 def _detector_batches(docs) -> tuple[list[str], list[list[object]]]:
@@ -429,6 +430,45 @@ def _detector_batches(docs) -> tuple[list[str], list[list[object]]]:
     return ["batch", "mmdet it/s", "per timing", "torchvision it/s", "per timing", "mmdet / torchvision",
             *(["before: mmdet / torchvision"] if before else []),
             "mmdet images/s", "torchvision images/s", "peak MiB (mmdet / tv)", "loss"], rows
+
+
+_RETIME = "h200/detector-retime"
+_RETIME_RUNS = (  # (call, design, batch, file): in the order they ran (README.md there)
+    *(("1 (machine A)", "sequential", "2", f"sequential_bs2_{k}.json") for k in (1, 2, 3)),
+    *(("2 (machine B)", "paired", bs, f"paired_bs{bs}.json") for bs in _BATCHES),
+    *(("3 (machine B)", design, "8", f"{design}_bs8_{k}.json") for k in (1, 2) for design in ("sequential", "paired")),
+)
+
+
+def _retime_ratio(doc) -> tuple[float, list[float], float, float]:
+    """(ratio, per-timing or per-pair ratios, mmdet it/s, torchvision it/s) of a bench_detector.py
+    result: sequential, median over median, each timing against the other side's median; paired,
+    the median of the pairs."""
+    if "paired" in doc:
+        p = doc["paired"]
+        return (p["ratio_median_of_pairs"], [x["ratio"] for x in p["pairs"]],
+                p["sides"]["mmdet"]["iters_per_s"], p["sides"]["torchvision-matched"]["iters_per_s"])
+    mm, tv = doc["results"]["mmdet"], doc["results"]["torchvision-matched"]
+    return (mm["iters_per_s"] / tv["iters_per_s"], [x / tv["iters_per_s"] for x in mm["iters_per_s_all"]],
+            mm["iters_per_s"], tv["iters_per_s"])
+
+
+def _detector_retime(docs) -> tuple[list[str], list[list[object]]]:
+    """bench_detector.py timed again: sequential (each side's timings in one block) and paired
+    (ABBA-alternating timings in one process), on two machines."""
+    rows = []
+    for (call, design, bs, _), d in zip(_RETIME_RUNS, docs, strict=True):
+        sides = d["paired"]["sides"] if "paired" in d else d["results"]
+        ok = all(sides[s]["losses_finite"] and sides[s]["loss_fell"] for s in ("mmdet", "torchvision-matched"))
+        ratio, each, mm, tv = _retime_ratio(d)
+        rows.append([call, design, bs, f"{d['repeats']} x {d['iters']}", f"{mm:.2f}", f"{tv:.2f}", f"{ratio:.2f}",
+                     f"{min(each):.2f}-{max(each):.2f}", "both fall" if ok else "check losses"])
+    return ["call", "design", "batch", "timings x iterations", "mmdet it/s", "torchvision it/s", "mmdet / torchvision",
+            "range (per timing / per pair)", "loss"], rows
+
+
+def _retime_range(design: str, bs: str) -> str:
+    return _range(_retime_ratio(load(f"{_RETIME}/{f}"))[0] for _, d, b, f in _RETIME_RUNS if d == design and b == bs)
 
 
 def _patch_ab_times(docs) -> tuple[list[str], list[list[object]]]:
@@ -620,6 +660,8 @@ TABLES: dict[str, Table] = {
     "h200-fat-build": Table(sources=["h200/recipe-run7/summary.json", "h200/recipe-fat1/summary.json"], build=_fat_vs_sm90),
     "h200-fat-variants": Table(sources=[f"h200/{r}/summary.json" for r, _, _ in FAT_VARIANTS]
                                + [f"h200/{r}/{s}" for r, _, s in FAT_VARIANTS if s], build=_fat_variants),
+    "h200-recipe9-builds": Table(sources=["h200/recipe-run9/summary.json"], build=_recipe_builds),
+    "h200-patchab-nms": Table(sources=[f"h200/recipe-run9/patchab_mmcv-{_P12}.json"], build=_patch_ab_times),
     "h200-patchab-deform": Table(sources=[f"h200/recipe-run7/patchab_mmcv-{_P11}.json"], build=_patch_ab_times),
     "h200-patchab-deform-grads": Table(sources=[f"h200/recipe-run7/patchab_mmcv-{_P11}.json"], build=_patch_ab_grads),
     "h200-patchab-roi-align": Table(sources=[f"h200/recipe-run6/patchab_mmcv-{_P10}.json"], build=_patch_ab_times),
@@ -630,6 +672,7 @@ TABLES: dict[str, Table] = {
                            build=_ops_full),
     "h200-detector-batches": Table(sources=[f"h200/recipe-run{r}/detector_bs{bs}_sm90.json" for r in (6, 5) for bs in _BATCHES],
                                    build=_detector_batches),
+    "h200-detector-retime": Table(sources=[f"h200/detector-retime/{f}" for *_, f in _RETIME_RUNS], build=_detector_retime),
     "h200-detector-stages": Table(sources=[f"h200/recipe-run6/stages_bs{bs}_sm90.json" for bs in _BATCHES],
                                   build=_detector_stages),
     "h200-nms-anatomy": Table(sources=["h200/nms-anatomy-1/nms_anatomy.json"], build=_nms_anatomy),
@@ -727,6 +770,28 @@ VALUES: dict[str, Value] = {
                                         compute=lambda d: _op(d, "batched_nms", "10000 ")["ratio_tv_over_mmcv"]),
     "h200-nms-100-ratio": Value(f"{_R6}/ops_full_sm90.json", spec="{:.2f}",
                                 compute=lambda d: _op(d, "nms", "100 ")["ratio_tv_over_mmcv"]),
+    **{f"h200-retime-{design}-bs{bs}": Value(f"{_RETIME}/{f}", compute=lambda _d, design=design, bs=bs: _retime_range(design, bs))
+       for design, bs, f in (("sequential", "2", "sequential_bs2_1.json"), ("sequential", "8", "sequential_bs8_1.json"),
+                             ("paired", "8", "paired_bs8.json"))},
+    "h200-retime-paired-range": Value(f"{_RETIME}/paired_bs2.json", compute=lambda _d: _range(
+        _retime_ratio(load(f"{_RETIME}/{f}"))[0] for _, d, _b, f in _RETIME_RUNS if d == "paired")),
+    "h200-r6-bs8-ratio": Value(f"{_R6}/detector_bs8_sm90.json", spec="{:.2f}", compute=lambda d: (
+        d["results"]["mmdet"]["iters_per_s"] / d["results"]["torchvision-matched"]["iters_per_s"])),
+    **{f"h200-retime-call3-mmdet-{design}": Value(f"{_RETIME}/{design}_bs8_1.json", compute=lambda _d, design=design: " and ".join(
+        f"{_retime_ratio(load(f'{_RETIME}/{design}_bs8_{k}.json'))[2]:.2f}" for k in (1, 2))) for design in ("sequential", "paired")},
+    "h200-r6-stages-bs8": Value(f"{_R6}/stages_bs8_sm90.json", compute=lambda d: "{:.1f} against {:.1f} ms per iteration, {:.2f}".format(
+        *(d["frameworks"][s]["stages"]["iteration"]["gpu_ms"] for s in ("mmdet", "torchvision")),
+        d["frameworks"]["torchvision"]["stages"]["iteration"]["gpu_ms"] / d["frameworks"]["mmdet"]["stages"]["iteration"]["gpu_ms"])),
+    "h200-retime-bs8-16-range": Value(f"{_RETIME}/paired_bs8.json", compute=lambda _d: _range(
+        _retime_ratio(load(f"{_RETIME}/{f}"))[0] for _, _d2, b, f in _RETIME_RUNS if b in ("8", "16"))),
+    **{f"h200-patchab-0012-{key.replace('_', '-')}": Value(f"h200/recipe-run9/patchab_mmcv-{_P12}.json", spec=spec,
+                                                            compute=lambda d, key=key: next(
+        r for r in d["times"] if r["op"] == "batched_nms" and r["shape"].startswith("10000 "))[key])
+       for key, spec in (("patched_over_released", "{:.3f}"), ("torchvision_over_patched", "{:.1f}"),
+                         ("released_median_us", "{:,.0f}"), ("patched_median_us", "{:,.0f}"))},
+    "h200-patchab-0012-upstream": Value(f"h200/recipe-run9/patchab_mmcv-{_P12}.json", compute=_upstream_counts),
+    "h200-run9-upstream": Value("h200/recipe-run9/summary.json", compute=lambda d: "{passed} passed, {failed} failed, {skipped} skipped".format(
+        **next(t for t in d["builds"]["sm90"]["packages"][0]["test_results"] if t["kind"] == "upstream-tests")["counts"])),
     "h200-detector-ratio-range": Value(f"{_R6}/detector_bs2_sm90.json", compute=lambda _d: _stage_ratio_range(_R6)),
     "h200-r5-detector-ratio-range": Value(f"{_R5}/detector_bs2_sm90.json", compute=lambda _d: _stage_ratio_range(_R5)),
     "h200-r5-profile-busy-ms": Value(f"{_R5}/profile_sm90.json", spec="{:.1f}",
@@ -828,7 +893,8 @@ class Plot:
 
 _BUILDS = {"recipe-run1": ("sm90", "ptx", "sm90nt"), "recipe-run2": ("sm90",), "recipe-run3": ("sm90",), "recipe-run4": ("sm90",),
            "recipe-run5": ("ptx",), "recipe-run6": ("sm90",), "recipe-run7": ("sm90",), "recipe-fat1": ("fat",),
-           "recipe-run8": ("sm90",), "recipe-fat2": ("fat",), "recipe-fat3": ("fat",)}
+           "recipe-run8": ("sm90",), "recipe-fat2": ("fat",), "recipe-fat3": ("fat",),
+           "recipe-run9": ("sm90",)}
 PLOTS: dict[str, Plot] = {
     **{f"h200-units-{run}-{tag}": Plot(
         sources=[f"h200/{run}/units_{tag}.json", f"h200/{run}/rattler-build-{tag}.log", f"h200/{run}/machine.txt"],

@@ -64,9 +64,10 @@ FAT1 = RUN1.with_name("recipe-fat1")
 FAT2 = RUN1.with_name("recipe-fat2")  # the fat build with --compress-mode=size
 FAT3 = RUN1.with_name("recipe-fat3")  # the fat build with --threads 0
 RUN8 = RUN1.with_name("recipe-run8")  # sm_90 with --compress-mode=size
+RUN9 = RUN1.with_name("recipe-run9")  # sm_90 with candidate 0012, which then entered the recipe
 
 
-@pytest.mark.parametrize("run", [RUN1, RUN2, RUN3, RUN4, RUN5, RUN6, RUN7, RUN8, FAT1, FAT2, FAT3], ids=lambda p: p.name)
+@pytest.mark.parametrize("run", [RUN1, RUN2, RUN3, RUN4, RUN5, RUN6, RUN7, RUN8, RUN9, FAT1, FAT2, FAT3], ids=lambda p: p.name)
 def test_recipe_run_summary_is_what_the_script_makes_of_the_committed_files(run):
     if not run.is_dir():
         pytest.skip(f"no committed {run.name} results")
@@ -77,7 +78,7 @@ def test_recipe_run_summary_is_what_the_script_makes_of_the_committed_files(run)
 
 @pytest.mark.parametrize("run,suites", [(RUN2, "tests/test_ops"), (RUN3, "tests/test_ops tests/test_cnn"),
                                        (RUN4, "tests/test_ops tests/test_cnn"), (RUN6, "tests/test_ops tests/test_cnn"),
-                                       (RUN7, "tests/test_ops tests/test_cnn")],
+                                       (RUN7, "tests/test_ops tests/test_cnn"), (RUN9, "tests/test_ops tests/test_cnn")],
                          ids=lambda x: getattr(x, "name", x))
 def test_recipe_run_tested_sm90_package_landed_with_upstream_tests_on_the_h200(run, suites):
     """issue 20: the sm_90 build passed its whole test section on the GPU and landed; its sandbox
