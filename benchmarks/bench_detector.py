@@ -48,6 +48,9 @@ except ImportError:
     from mmstack.verify import train_detector as td
 
 
+SIDES = ("mmdet", "torchvision-matched")  # what --paired and --processes compare
+
+
 def _sync(device: str) -> None:
     import torch
 
@@ -215,7 +218,7 @@ def bench_paired(args, samples) -> dict:
         return {"skipped": f"{type(exc).__name__}: {exc}"}
     _, mm = mmdet_step(args, samples)
     tv = torchvision_step(args, samples, "matched")
-    steps = {"mmdet": mm, "torchvision-matched": tv}
+    steps = dict(zip(SIDES, (mm, tv), strict=True))
     losses = {name: [step() for _ in range(args.warmup)] for name, step in steps.items()}
     rates = {name: [] for name in steps}
     pairs = []
@@ -236,50 +239,69 @@ def bench_paired(args, samples) -> dict:
     }
 
 
-def run(args) -> dict:
-    import torch
+def median_ci(values: list[float], confidence: float = 0.95) -> tuple[float, float] | None:
+    """A distribution-free interval for the median: order statistics x_(k) and x_(n+1-k), k the
+    largest with P(Binomial(n, 1/2) < k) <= (1 - confidence) / 2. None where n is too small
+    (n < 6 at 95%)."""
+    xs, n = sorted(values), len(values)
+    tail, k, below = (1 - confidence) / 2, 0, 0.0
+    while k < n // 2 and below + math.comb(n, k) / 2**n <= tail:
+        below += math.comb(n, k) / 2**n
+        k += 1
+    return (xs[k - 1], xs[n - k]) if k >= 1 else None
 
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
-        raise SystemExit("error: --device cuda, but torch sees no CUDA GPU")
-    if args.image_size is None:
-        args.image_size = td.GPU_IMAGE_SIZE if args.device.startswith("cuda") else td.CPU_IMAGE_SIZE
-    samples = td.synthetic_batch(
-        image_size=args.image_size,
-        batch_size=args.batch_size,
-        num_classes=args.num_classes,
-        seed=args.seed,
-    )
-    if args.paired:
-        return {
-            "device": args.device,
-            "device_name": (
-                torch.cuda.get_device_name(args.device) if args.device.startswith("cuda") else "cpu"
-            ),
-            "model": args.model,
-            "image_size": args.image_size,
-            "batch_size": args.batch_size,
-            "amp": args.amp and args.device.startswith("cuda"),
-            "warmup": args.warmup,
-            "iters": args.iters,
-            "repeats": args.repeats,
-            "paired": bench_paired(args, samples),
-        }
-    sides = {}
-    benches = {
-        "mmdet": lambda: bench_mmdet(args, samples),
-        "torchvision-matched": lambda: bench_torchvision(args, samples, "matched"),
-        "torchvision-stock": lambda: bench_torchvision(args, samples, "stock"),
+
+def bench_processes(args, argv: list[str]) -> dict:
+    """--processes N: N pairs of child processes (this script with --only SIDE), ABBA, each child
+    building its one model, warming it up and timing --repeats timings of --iters iterations (its
+    median is its rate). No state is shared between the sides, and the machine's drift hits both."""
+    import subprocess
+
+    base, skip = [], False  # the parent's arguments less its own mode flags
+    for a in argv:
+        if skip or a in ("--json", "--paired") or a.startswith("--processes="):
+            skip = False
+        elif a == "--processes":
+            skip = True
+        else:
+            base.append(a)
+    pairs, sides, seconds = [], {s: [] for s in SIDES}, []
+    for i in range(args.processes):
+        order = SIDES if i % 2 == 0 else SIDES[::-1]
+        pair = {"first": order[0]}
+        for side in order:
+            start = time.perf_counter()
+            done = subprocess.run([sys.executable, __file__, *base, "--only", side, "--json"],
+                                  capture_output=True, text=True)
+            seconds.append(round(time.perf_counter() - start, 1))
+            if done.returncode != 0:
+                return {"skipped": f"{side} child exited {done.returncode}: {done.stderr.strip()[-400:]}"}
+            result = json.loads(done.stdout)["results"][side]
+            if "skipped" in result:
+                return {"skipped": f"{side}: {result['skipped']}"}
+            sides[side].append(result)
+            pair[side] = result["iters_per_s"]
+        pair["ratio"] = pair["mmdet"] / pair["torchvision-matched"]
+        pairs.append(pair)
+    ratios = [p["ratio"] for p in pairs]
+    ci = median_ci(ratios)
+    return {
+        "order": "ABBA over fresh processes: pair i runs mmdet's child first where i is even, torchvision's where odd",
+        "sides": {s: {"iters_per_s": statistics.median(r["iters_per_s"] for r in rs),
+                      "iters_per_s_all": [r["iters_per_s"] for r in rs],
+                      "losses_finite": all(r["losses_finite"] for r in rs),
+                      "loss_fell": all(r["loss_fell"] for r in rs),
+                      "max_memory_mib": max((r["max_memory_mib"] or 0) for r in rs) or None} for s, rs in sides.items()},
+        "pairs": pairs,
+        "ratio_median_of_pairs": statistics.median(ratios),
+        "ratio_min": min(ratios),
+        "ratio_max": max(ratios),
+        "ratio_median_ci95": list(ci) if ci else None,
+        "child_seconds": seconds,
     }
-    for name, bench in benches.items():
-        if args.device.startswith("cuda"):
-            torch.cuda.empty_cache()
-            torch.cuda.reset_peak_memory_stats(args.device)
-        sides[name] = bench()
 
-    def ratio(tv: str):
-        a, b = sides["mmdet"].get("iters_per_s"), sides[tv].get("iters_per_s")
-        return a / b if a and b else None
 
+def _header(args, torch) -> dict:
     return {
         "device": args.device,
         "device_name": (
@@ -292,6 +314,46 @@ def run(args) -> dict:
         "warmup": args.warmup,
         "iters": args.iters,
         "repeats": args.repeats,
+    }
+
+
+def run(args, argv: list[str] | None = None) -> dict:
+    import torch
+
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        raise SystemExit("error: --device cuda, but torch sees no CUDA GPU")
+    if args.image_size is None:
+        args.image_size = td.GPU_IMAGE_SIZE if args.device.startswith("cuda") else td.CPU_IMAGE_SIZE
+    if args.processes:
+        return {**_header(args, torch), "processes": bench_processes(args, list(argv or sys.argv[1:]))}
+    samples = td.synthetic_batch(
+        image_size=args.image_size,
+        batch_size=args.batch_size,
+        num_classes=args.num_classes,
+        seed=args.seed,
+    )
+    if args.paired:
+        return {**_header(args, torch), "paired": bench_paired(args, samples)}
+    sides = {}
+    benches = {
+        "mmdet": lambda: bench_mmdet(args, samples),
+        "torchvision-matched": lambda: bench_torchvision(args, samples, "matched"),
+        "torchvision-stock": lambda: bench_torchvision(args, samples, "stock"),
+    }
+    for name, bench in benches.items():
+        if args.only and name != args.only:
+            continue
+        if args.device.startswith("cuda"):
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats(args.device)
+        sides[name] = bench()
+
+    def ratio(tv: str):
+        a, b = sides.get("mmdet", {}).get("iters_per_s"), sides.get(tv, {}).get("iters_per_s")
+        return a / b if a and b else None
+
+    return {
+        **_header(args, torch),
         "results": sides,
         "ratio": ratio("torchvision-matched"),
         "ratio_vs_stock": ratio("torchvision-stock"),
@@ -299,8 +361,8 @@ def run(args) -> dict:
 
 
 def _print_table(report: dict) -> None:
-    if "paired" in report:
-        paired = report["paired"]
+    if "paired" in report or "processes" in report:
+        paired = report.get("paired") or report["processes"]
         if "skipped" in paired:
             print(f"paired: skipped: {paired['skipped']}")
             return
@@ -342,13 +404,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-amp", dest="amp", action="store_false")
     parser.add_argument("--paired", action="store_true",
                         help="mmdet and torchvision-matched only, timings alternating (ABBA); ratio per pair")
+    parser.add_argument("--processes", type=int, default=0, metavar="N",
+                        help="N pairs of child processes, one side each, ABBA; ratio per pair")
+    parser.add_argument("--only", choices=("mmdet", "torchvision-matched", "torchvision-stock"),
+                        help="time this side alone (the children of --processes)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     real_stdout = sys.stdout
     if args.json:
         sys.stdout = sys.stderr  # mmengine logs to stdout; keep it for the JSON
     try:
-        report = run(args)
+        report = run(args, argv)
     finally:
         sys.stdout = real_stdout
     if args.json:
