@@ -4,7 +4,7 @@
 # alone are 52 MB; site.tar.xz is ~30 MB), the mmcv/mmdet sdists and upstream's tag archive.
 #
 #   bash scripts/gpu-carry.sh            # then: device run with carry [".carry", ".gpu-commit"]
-#   git log -1 --format='%h %s' > .gpu-commit   # the tree's commit, for machine.txt
+#   bash scripts/tree-digest.sh --gpu-commit    # the tree's commit and digest, for machine.txt
 #
 # Takes ~5 min on 2 cores (xz -9). Versions: py-rattler/py-rattler-build as in this checkout's
 # venv (.venv), the rest pinned in tests/support/bootstrap.py (the device has the others: KINDS.md).

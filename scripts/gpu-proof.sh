@@ -41,6 +41,8 @@
 #             profile of both
 #   ladderbench  benchmarks/bench_ladder.py in the sm_90 prefix (the ladder against a bare import)
 #   nmsanatomy   benchmarks/nms_anatomy.py: released vs patched (recipes/mmcv/patches/0008) nms kernels
+#   detprocs  bench_detector.py --processes at DETPROCS_BATCHES (default "8 16 2"), DETPROCS_PAIRS
+#             ABBA pairs of fresh processes each (default 10): over 600 s, so `--start`/`--collect`
 #   patchab   benchmarks/patch_ab.py for each recipes/{mmcv,mmdet}/proposed/*.patch whose header
 #             has a `patch_ab:` line (the Python-level candidates), against the installed sm_90
 #             prefix: op times, gradients, upstream tests, detector it/s, released vs patched
@@ -148,9 +150,15 @@ fi
 { nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv,noheader
   nvcc --version | tail -2; echo "nvcc: $(readlink -f "$(command -v nvcc)")"; gcc --version | head -1
   "$PY" -c 'import sys, torch; print(sys.version.split()[0], sys.executable, sys._base_executable, torch.__version__, torch.version.cuda)'
-  echo "cores: $(nproc)"; echo "variant: ${VARIANT[*]}"; echo "MMSTACK_NO_TORCHVISION=${MMSTACK_NO_TORCHVISION:-}"; # the commit the tree was sent from (written by hand before the run: the device's git metadata is
-# the session's base commit, not the working tree's)
-  echo "tree: $(cat "$ROOT/.gpu-commit" 2>/dev/null || git -C "$ROOT" log -1 --oneline 2>/dev/null)"
+  echo "cores: $(nproc)"; echo "variant: ${VARIANT[*]}"; echo "MMSTACK_NO_TORCHVISION=${MMSTACK_NO_TORCHVISION:-}"
+  # the commit the tree was sent from (.gpu-commit, written before the run by `bash scripts/tree-digest.sh
+  # --gpu-commit`: the device's git metadata is the session's base commit, not the working tree's),
+  # checked against this tree's digest
+  echo "tree: $(head -1 "$ROOT/.gpu-commit" 2>/dev/null || git -C "$ROOT" log -1 --oneline 2>/dev/null)"
+  here=$(bash "$ROOT/scripts/tree-digest.sh"); sent=$(sed -n 's/^digest //p' "$ROOT/.gpu-commit" 2>/dev/null)
+  if [[ -z "$sent" ]]; then echo "tree_digest: $here (.gpu-commit has no digest: unchecked)"
+  elif [[ "$sent" == "$here" ]]; then echo "tree_digest: $here (matches .gpu-commit)"
+  else echo "tree_digest: $here (STALE: .gpu-commit names $sent; the tree changed after it was written)"; fi
 } > "$RES/machine.txt" 2>&1
 status "start: python $PYV torch $TV cuda $CV gcc $GCCMAJOR"
 
@@ -359,6 +367,17 @@ if want patchab && [[ -x "$W/p90/bin/python" ]]; then
     "${benv[@]}" timeout 420 "$W/p90/bin/python" "$ROOT/benchmarks/patch_ab.py" --patch "$p" --device cuda \
       --upstream "$CARRY/sdist/mmcv-2.2.0.github.tar.gz" --json > "$RES/patchab_$n.json" 2> "$RES/patchab_$n.err"
     status "patchab $n rc=$?"
+  done
+fi
+if want detprocs && [[ -x "$W/p90/bin/python" ]]; then
+  # issue 24 item 2: mmdet against torchvision with each side in fresh child processes, ABBA
+  # (bench_detector.py --processes; ~20-40 s a child): DETPROCS_BATCHES, DETPROCS_PAIRS
+  status "detprocs"
+  tvonly
+  for bs in ${DETPROCS_BATCHES:-8 16 2}; do
+    "${benv[@]}" timeout 500 "$W/p90/bin/python" "$ROOT/benchmarks/bench_detector.py" --device cuda --batch-size "$bs" \
+      --iters 10 --repeats 2 --processes "${DETPROCS_PAIRS:-10}" --json > "$RES/detprocs_bs${bs}_sm90.json" 2> "$RES/detprocs_bs${bs}_sm90.err"
+    status "detprocs bs$bs rc=$?"
   done
 fi
 if want bench && [[ -x "$W/p90/bin/python" ]]; then
