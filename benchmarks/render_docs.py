@@ -792,6 +792,15 @@ VALUES: dict[str, Value] = {
     "h200-patchab-0012-upstream": Value(f"h200/recipe-run9/patchab_mmcv-{_P12}.json", compute=_upstream_counts),
     "h200-run9-upstream": Value("h200/recipe-run9/summary.json", compute=lambda d: "{passed} passed, {failed} failed, {skipped} skipped".format(
         **next(t for t in d["builds"]["sm90"]["packages"][0]["test_results"] if t["kind"] == "upstream-tests")["counts"])),
+    **{f"cpu-runner-{name}": Value("cpu-dev/runner_overhead.json", spec="{:.3f}", compute=lambda d, key=key, stat=stat: d[key][stat])
+       for name, key, stat in (("hooks-median", "hooks_and_logging_ms", "median_ms"), ("hooks-mean", "hooks_and_logging_ms", "mean_ms"),
+                               ("loading", "loading_ms", "median_ms"))},
+    "cpu-runner-cpu": Value("cpu-dev/runner_overhead.json", compute=lambda d: "{} ({}, mmengine {})".format(
+        d["cpu"], d["device"], d["versions"]["mmengine"])),
+    "cpu-runner-share-bs2": Value("cpu-dev/runner_overhead.json", compute=lambda d: "{:.2f}% of {:.1f} ms".format(
+        100 * (d["hooks_and_logging_ms"]["mean_ms"] + d["loading_ms"]["mean_ms"])
+        / load(f"{_R6}/stages_bs2_sm90.json")["frameworks"]["mmdet"]["stages"]["iteration"]["gpu_ms"],
+        load(f"{_R6}/stages_bs2_sm90.json")["frameworks"]["mmdet"]["stages"]["iteration"]["gpu_ms"])),
     "h200-detector-ratio-range": Value(f"{_R6}/detector_bs2_sm90.json", compute=lambda _d: _stage_ratio_range(_R6)),
     "h200-r5-detector-ratio-range": Value(f"{_R5}/detector_bs2_sm90.json", compute=lambda _d: _stage_ratio_range(_R5)),
     "h200-r5-profile-busy-ms": Value(f"{_R5}/profile_sm90.json", spec="{:.1f}",

@@ -41,6 +41,8 @@
 #             profile of both
 #   ladderbench  benchmarks/bench_ladder.py in the sm_90 prefix (the ladder against a bare import)
 #   nmsanatomy   benchmarks/nms_anatomy.py: released vs patched (recipes/mmcv/patches/0008) nms kernels
+#   runneroh  benchmarks/runner_overhead.py --device cuda: mmengine's Runner, hooks, logging and
+#             the DataLoader per iteration, in the sm_90 prefix (~1 min)
 #   detprocs  bench_detector.py --processes at DETPROCS_BATCHES (default "8 16 2"), DETPROCS_PAIRS
 #             ABBA pairs of fresh processes each (default 10): over 600 s, so `--start`/`--collect`
 #   patchab   benchmarks/patch_ab.py for each recipes/{mmcv,mmdet}/proposed/*.patch whose header
@@ -379,6 +381,13 @@ if want detprocs && [[ -x "$W/p90/bin/python" ]]; then
       --iters 10 --repeats 2 --processes "${DETPROCS_PAIRS:-10}" --json > "$RES/detprocs_bs${bs}_sm90.json" 2> "$RES/detprocs_bs${bs}_sm90.err"
     status "detprocs bs$bs rc=$?"
   done
+fi
+if want runneroh && [[ -x "$W/p90/bin/python" ]]; then
+  # issue 24 item 2: what mmengine's Runner, hooks and logging and the DataLoader add per iteration
+  status "runneroh"
+  "${benv[@]}" timeout 300 "$W/p90/bin/python" "$ROOT/benchmarks/runner_overhead.py" --device cuda --json \
+    > "$RES/runner_overhead_sm90.json" 2> "$RES/runner_overhead_sm90.err"
+  status "runneroh rc=$?"
 fi
 if want bench && [[ -x "$W/p90/bin/python" ]]; then
   status "bench"
