@@ -223,20 +223,26 @@ def bench_paired(args, samples) -> dict:
     rates = {name: [] for name in steps}
     pairs = []
     for i in range(args.repeats):
-        order = ("mmdet", "torchvision-matched") if i % 2 == 0 else ("torchvision-matched", "mmdet")
+        order = SIDES if i % 2 == 0 else SIDES[::-1]
         pair = {name: _timing(steps[name], losses[name], iters=args.iters, device=args.device) for name in order}
         for name, rate in pair.items():
             rates[name].append(rate)
-        pairs.append({"first": order[0], **pair, "ratio": pair["mmdet"] / pair["torchvision-matched"]})
-    ratios = [p["ratio"] for p in pairs]
+        pairs.append({"first": order[0], **pair})
     return {
         "order": "ABBA: pair i times mmdet first where i is even, torchvision first where odd",
         "sides": {name: _summary(rates[name], losses[name]) for name in steps},
-        "pairs": pairs,
-        "ratio_median_of_pairs": statistics.median(ratios),
-        "ratio_min": min(ratios),
-        "ratio_max": max(ratios),
+        **_pair_ratios(pairs),
     }
+
+
+def _pair_ratios(pairs: list[dict]) -> dict:
+    """Each pair's mmdet / torchvision ratio (added to the pair), their median, range and interval."""
+    for pair in pairs:
+        pair["ratio"] = pair["mmdet"] / pair["torchvision-matched"]
+    ratios = [p["ratio"] for p in pairs]
+    ci = median_ci(ratios)
+    return {"pairs": pairs, "ratio_median_of_pairs": statistics.median(ratios), "ratio_min": min(ratios),
+            "ratio_max": max(ratios), "ratio_median_ci95": list(ci) if ci else None}
 
 
 def median_ci(values: list[float], confidence: float = 0.95) -> tuple[float, float] | None:
@@ -281,10 +287,7 @@ def bench_processes(args, argv: list[str]) -> dict:
                 return {"skipped": f"{side}: {result['skipped']}"}
             sides[side].append(result)
             pair[side] = result["iters_per_s"]
-        pair["ratio"] = pair["mmdet"] / pair["torchvision-matched"]
         pairs.append(pair)
-    ratios = [p["ratio"] for p in pairs]
-    ci = median_ci(ratios)
     return {
         "order": "ABBA over fresh processes: pair i runs mmdet's child first where i is even, torchvision's where odd",
         "sides": {s: {"iters_per_s": statistics.median(r["iters_per_s"] for r in rs),
@@ -292,11 +295,7 @@ def bench_processes(args, argv: list[str]) -> dict:
                       "losses_finite": all(r["losses_finite"] for r in rs),
                       "loss_fell": all(r["loss_fell"] for r in rs),
                       "max_memory_mib": max((r["max_memory_mib"] or 0) for r in rs) or None} for s, rs in sides.items()},
-        "pairs": pairs,
-        "ratio_median_of_pairs": statistics.median(ratios),
-        "ratio_min": min(ratios),
-        "ratio_max": max(ratios),
-        "ratio_median_ci95": list(ci) if ci else None,
+        **_pair_ratios(pairs),
         "child_seconds": seconds,
     }
 
@@ -402,12 +401,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lr", type=float, default=td.LR)
     parser.add_argument("--seed", type=int, default=td.SEED)
     parser.add_argument("--no-amp", dest="amp", action="store_false")
-    parser.add_argument("--paired", action="store_true",
-                        help="mmdet and torchvision-matched only, timings alternating (ABBA); ratio per pair")
-    parser.add_argument("--processes", type=int, default=0, metavar="N",
-                        help="N pairs of child processes, one side each, ABBA; ratio per pair")
-    parser.add_argument("--only", choices=("mmdet", "torchvision-matched", "torchvision-stock"),
-                        help="time this side alone (the children of --processes)")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--paired", action="store_true",
+                      help="mmdet and torchvision-matched only, in one process, --repeats timings alternating "
+                           "(ABBA); ratio per pair")
+    mode.add_argument("--processes", type=int, default=0, metavar="N",
+                      help="N pairs of child processes, one side each, ABBA, each timing --repeats x --iters; "
+                           "ratio per pair")
+    mode.add_argument("--only", choices=("mmdet", "torchvision-matched", "torchvision-stock"),
+                      help="time this side alone (the children of --processes)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     real_stdout = sys.stdout
