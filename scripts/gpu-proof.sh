@@ -376,9 +376,10 @@ if want detprocs && [[ -x "$W/p90/bin/python" ]]; then
   # (bench_detector.py --processes; ~20-40 s a child): DETPROCS_BATCHES, DETPROCS_PAIRS
   status "detprocs"
   tvonly
-  for bs in ${DETPROCS_BATCHES:-8 16 2}; do
-    "${benv[@]}" timeout 500 "$W/p90/bin/python" "$ROOT/benchmarks/bench_detector.py" --device cuda --batch-size "$bs" \
-      --iters 10 --repeats 2 --processes "${DETPROCS_PAIRS:-10}" --json > "$RES/detprocs_bs${bs}_sm90.json" 2> "$RES/detprocs_bs${bs}_sm90.err"
+  pairs="${DETPROCS_PAIRS:-10}"
+  for bs in ${DETPROCS_BATCHES:-8 16 2}; do  # a child: imports, model, warm-up, 2 x 10 iterations (~20-30 s)
+    "${benv[@]}" timeout $((60 * pairs + 60)) "$W/p90/bin/python" "$ROOT/benchmarks/bench_detector.py" --device cuda --batch-size "$bs" \
+      --iters 10 --repeats 2 --processes "$pairs" --json > "$RES/detprocs_bs${bs}_sm90.json" 2> "$RES/detprocs_bs${bs}_sm90.err"
     status "detprocs bs$bs rc=$?"
   done
 fi
