@@ -14,13 +14,12 @@ the CPU's choice as it is.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import shutil
 import sys
 from pathlib import Path
 
 import pytest
+from support.gpu_entry import built_files, check_entered
 from support.offline import patched_sdist
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,26 +64,8 @@ def test_0012_entered_after_the_gpu_run_of_this_very_diff():
     proposed_diffs.json: its diff's), the sandbox tests and the installed ladder passed, and
     patch_ab.py's A/B (the same file) passed upstream's test_nms alike on both sides with batched_nms
     of 10,000 boxes in 80 classes far faster and the rows the patch does not reach unchanged."""
-    text = PATCH.read_text()
-    evidence = json.loads((RUN9 / "proposed_diffs.json").read_text())
-    key = "mmcv/" + PATCH.name
-    assert evidence["diff_sha256"][key] == hashlib.sha256(text[text.index("\n--- a/") + 1:].encode()).hexdigest()
-    built = dict(line.split()[::-1] for line in (RUN9 / "proposed.txt").read_text().splitlines())
-    status = (RUN9 / "STATUS").read_text()
-    assert "sm90 build rc=0" in status and "verify sm90 rc=0" in status
-    summary = json.loads((RUN9 / "summary.json").read_text())
-    sm90 = summary["builds"]["sm90"]["packages"][0]
-    (tests,) = [t for t in sm90["test_results"] if t["kind"] == "upstream-tests"]
-    assert tests["counts"]["failed"] == 0 and tests["counts"]["passed"] > 200
-    assert "tests/test_ops/test_nms.py" in tests["by_file"]
-    assert summary["installed_prefix_ladder"]["sm90"]["ok"] is True
-    (result,) = RUN9.glob("patchab_mmcv-0012-*.json")
-    doc = json.loads(result.read_text())
-    assert built[key] == doc["patch_sha256"]  # the build and the A/B ran the same file
-    assert doc["installed_carries_patch"] is True
-    up = doc["upstream"]
-    assert up["released"]["counts"] == up["patched"]["counts"] and up["patched"]["counts"]["failed"] == 0
-    assert up["patched"]["counts"]["passed"] > 0
+    doc = check_entered(RUN9, PATCH, upstream_file="tests/test_ops/test_nms.py")
+    assert doc["patch_sha256"] == built_files(RUN9)["mmcv/" + PATCH.name]  # the build and the A/B ran the same file
     rows = {(r["op"], r["shape"]): r for r in doc["times"]}
     hit = rows[("batched_nms", "10000 boxes, 80 classes, iou 0.5")]
     assert hit["patched_over_released"] < 0.1 and hit["torchvision_over_patched"] > 2

@@ -13,13 +13,13 @@ gradient of both ops bit for bit.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import sys
 from pathlib import Path
 
 import pytest
+from support.gpu_entry import built_files, check_entered
 from support.offline import patched_sdist
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -67,25 +67,11 @@ def test_0011_entered_after_the_gpu_run_of_this_very_diff():
     proposed_diffs.json: its diff's), the sandbox tests and the installed ladder passed, and
     patch_ab.py's A/B of both ops passed upstream's tests alike on both sides with fp16 faster and
     its gradient error smaller, fp32 untouched."""
-    text = PATCH.read_text()
-    evidence = json.loads((RUN7 / "proposed_diffs.json").read_text())
+    doc = check_entered(RUN7, PATCH, upstream_file="tests/test_ops/test_modulated_deform_conv.py")
     key = "mmcv/" + PATCH.name
-    assert evidence["diff_sha256"][key] == hashlib.sha256(text[text.index("\n--- a/") + 1:].encode()).hexdigest()
-    built = dict(line.split()[::-1] for line in (RUN7 / "proposed.txt").read_text().splitlines())
-    status = (RUN7 / "STATUS").read_text()
-    assert "sm90 build rc=0" in status and "verify sm90 rc=0" in status
-    summary = json.loads((RUN7 / "summary.json").read_text())
-    (tests,) = [t for t in summary["builds"]["sm90"]["packages"][0]["test_results"] if t["kind"] == "upstream-tests"]
-    assert tests["counts"]["failed"] == 0 and tests["counts"]["passed"] > 200
-    assert "tests/test_ops/test_modulated_deform_conv.py" in tests["by_file"]
-    assert summary["installed_prefix_ladder"]["sm90"]["ok"] is True
-    (result,) = RUN7.glob("patchab_mmcv-0011-*.json")
-    doc = json.loads(result.read_text())
     # the build ran the file of 2b10e95 (proposed.txt), the A/B the same diff with a longer patch_ab line
-    assert built[key] != doc["patch_sha256"] == evidence["patch_ab_file_sha256"][key]
-    assert doc["installed_carries_patch"] is True
-    up = doc["upstream"]
-    assert up["released"]["counts"] == up["patched"]["counts"] and up["patched"]["counts"]["failed"] == 0
+    evidence = json.loads((RUN7 / "proposed_diffs.json").read_text())
+    assert built_files(RUN7)[key] != doc["patch_sha256"] == evidence["patch_ab_file_sha256"][key]
     rows = {(r["op"], r["dtype"], r["pass"]): r for r in doc["times"]}
     for op in ("deform_conv2d", "modulated_deform_conv2d"):
         assert rows[(op, "float16", "forward+backward")]["patched_over_released"] < 0.7

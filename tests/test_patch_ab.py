@@ -13,7 +13,6 @@ patch with exit 2.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -22,6 +21,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.gpu_entry import built_files, diff_sha256
 from support.offline import patched_sdist, unpacked_sdist
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,22 +44,17 @@ def test_0010_applies_in_the_recipes_order_without_fuzz(tmp_path):
     compile(text, "roi_align.py", "exec")
 
 
-def _diff_sha256(text: str) -> str:
-    """A patch's diff, from its first `--- a/` line: its header may be edited after the GPU run."""
-    return hashlib.sha256(text[text.index("\n--- a/") + 1:].encode()).hexdigest()
-
-
 def test_the_patches_entered_their_recipes_after_the_gpu_run_of_these_very_diffs():
     """recipes/mmcv/patches/README.md: a patch that changes the CUDA path enters after a GPU run.
     recipe-run6 built them with PROPOSED=1 (proposed.txt: the files' sha256, proposed_diffs.json:
     their diffs') and its test section passed on the H200; patch_ab.py measured 0010 and mmdet's
     0003 there and upstream's roi_align tests passed alike on both sides."""
-    built = dict(line.split()[::-1] for line in (RUN6 / "proposed.txt").read_text().splitlines())
+    built = built_files(RUN6)
     diffs = json.loads((RUN6 / "proposed_diffs.json").read_text())["diff_sha256"]
     assert set(diffs) == set(built)
     for patch in (CANDIDATE, MMDET_CANDIDATE, ROOT / "recipes" / "mmcv" / "patches" / "0009-split-filtered-lrelu-unit.patch"):
         key = f"{patch.parents[1].name}/{patch.name}"
-        assert diffs[key] == _diff_sha256(patch.read_text()), f"{key} changed since the H200 run"
+        assert diffs[key] == diff_sha256(patch.read_text()), f"{key} changed since the H200 run"
         for recipe in ("recipe.yaml", "meta.yaml"):
             assert f"patches/{patch.name}" in (ROOT / "recipes" / patch.parents[1].name / recipe).read_text()
     status = (RUN6 / "STATUS").read_text()

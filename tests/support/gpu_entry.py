@@ -1,0 +1,48 @@
+"""The evidence a recipe patch needs to have entered after its GPU run (recipes/mmcv/patches/README.md):
+a gpu-proof.sh run with PROPOSED=1 built the recipe with it (proposed.txt: each candidate file's
+sha256; proposed_diffs.json: its diff's, so a header rewritten after the run stays checkable), its
+sandbox tests and the installed ladder passed, and patch_ab.py measured it."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+
+def diff_sha256(text: str) -> str:
+    """A patch's diff, from its first `--- a/` line: its header may be edited after the GPU run."""
+    return hashlib.sha256(text[text.index("\n--- a/") + 1:].encode()).hexdigest()
+
+
+def built_files(run: Path) -> dict[str, str]:
+    """proposed.txt: '<package>/<patch file>' -> the sha256 of the file the run built."""
+    return dict(line.split()[::-1] for line in (run / "proposed.txt").read_text().splitlines())
+
+
+def check_entered(run: Path, patch: Path, *, upstream_file: str) -> dict:
+    """Assert that `run` built this very diff of `patch` (now in its recipe's patches/ and listed by
+    both recipes), that the sm_90 build's sandbox ran upstream's tests (`upstream_file` among them)
+    with none failed, and that the build and the installed ladder passed; return the run's
+    patch_ab.py result for the patch, after checking it measured a package that carried the patch
+    and upstream's tests came out alike on both sides."""
+    package = patch.parents[1].name
+    key = f"{package}/{patch.name}"
+    assert json.loads((run / "proposed_diffs.json").read_text())["diff_sha256"][key] == diff_sha256(patch.read_text()), \
+        f"{key} changed since the H200 run"
+    for recipe in ("recipe.yaml", "meta.yaml"):
+        assert f"patches/{patch.name}" in (patch.parents[1] / recipe).read_text()
+    status = (run / "STATUS").read_text()
+    assert "sm90 build rc=0" in status and "verify sm90 rc=0" in status
+    summary = json.loads((run / "summary.json").read_text())
+    (tests,) = [t for t in summary["builds"]["sm90"]["packages"][0]["test_results"] if t["kind"] == "upstream-tests"]
+    assert tests["counts"]["failed"] == 0 and tests["counts"]["passed"] > 200
+    assert upstream_file in tests["by_file"]
+    assert summary["installed_prefix_ladder"]["sm90"]["ok"] is True
+    (result,) = run.glob(f"patchab_{package}-{patch.name.split('-', 1)[0]}-*.json")
+    doc = json.loads(result.read_text())
+    assert doc["installed_carries_patch"] is True
+    up = doc["upstream"]
+    assert up["released"]["counts"] == up["patched"]["counts"] and up["patched"]["counts"]["failed"] == 0
+    assert up["patched"]["counts"]["passed"] > 0
+    return doc
