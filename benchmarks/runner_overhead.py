@@ -95,35 +95,34 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize(device)
 
 
-def run_bare(device: str, iters: int) -> list[float]:
-    from mmengine.dataset import pseudo_collate
-
+def _plain(device: str, iters: int, batches) -> list[float]:
+    """`train_step` in a plain loop over `batches(samples)`, an iterator of collated batches."""
     make, samples = _parts(device)
     model = make()
     optim = _optim(model)
-    ds = samples()
-    batch = pseudo_collate([ds[0], ds[1]])
+    batch_iter = batches(samples)
     stamps = []
     for _ in range(iters + 1):
         _sync(device)
         stamps.append(time.perf_counter())
-        model.train_step(batch, optim)
+        model.train_step(next(batch_iter), optim)
     return _gaps(stamps)
+
+
+def run_bare(device: str, iters: int) -> list[float]:
+    from mmengine.dataset import pseudo_collate
+
+    def one_batch(samples):
+        ds = samples()
+        return itertools.repeat(pseudo_collate([ds[0], ds[1]]))
+
+    return _plain(device, iters, one_batch)
 
 
 def run_loader(device: str, iters: int) -> list[float]:
     from mmengine.runner import Runner
 
-    make, samples = _parts(device)
-    model = make()
-    optim = _optim(model)
-    loader = iter(Runner.build_dataloader(_loader_cfg(samples), seed=0))
-    stamps = []
-    for _ in range(iters + 1):
-        _sync(device)
-        stamps.append(time.perf_counter())
-        model.train_step(next(loader), optim)
-    return _gaps(stamps)
+    return _plain(device, iters, lambda samples: iter(Runner.build_dataloader(_loader_cfg(samples), seed=0)))
 
 
 _RUNNERS: list[str] = []
