@@ -3,12 +3,15 @@
     python benchmarks/bench_detector.py --device cuda --json > detector.json
     python benchmarks/bench_detector.py --device cpu --image-size 128 --iters 2 --repeats 3
     python benchmarks/bench_detector.py --device cuda --batch-size 8 --repeats 10 --paired --json
+    python benchmarks/bench_detector.py --device cuda --batch-size 8 --iters 10 --repeats 2 --processes 10 --json
 
 Sequential by default: each side is built, warmed up and timed in one block, then the next, so
 drift of the machine between blocks lands on one side. `--paired` (mmdet and torchvision-matched
 only) builds both in one process and alternates their timings ABBA; its ratio is the median of the
 per-pair ratios, but the two models then share one caching allocator and one Python heap (on the
 H200 mmdet's rate dropped in pairs: benchmarks/results/h200/detector-retime/, docs/mmdet.md).
+`--processes N` runs each side in fresh child processes instead, N ABBA pairs of them, and gives the
+median of the pair ratios with a 95% interval. Every result names its command and its host's CPU.
 
 Both sides train ResNet-50-FPN Faster R-CNN from random weights on the same fixed synthetic
 batch (src/mmstack/verify/train_detector.py makes it), with SGD and, on CUDA, float16 autocast with a
@@ -39,6 +42,9 @@ import statistics
 import sys
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from hostinfo import host
 
 # Run from a checkout without installing mmstack (the GPU host carries the tree, not the package).
 try:
@@ -260,7 +266,8 @@ def median_ci(values: list[float], confidence: float = 0.95) -> tuple[float, flo
 def bench_processes(args, argv: list[str]) -> dict:
     """--processes N: N pairs of child processes (this script with --only SIDE), ABBA, each child
     building its one model, warming it up and timing --repeats timings of --iters iterations (its
-    median is its rate). No state is shared between the sides, and the machine's drift hits both."""
+    median is its rate). No state is shared between the sides, and the machine's drift hits both.
+    Every child of a side must import the same versions (each side's `versions`), or none is reported."""
     import subprocess
 
     base, skip = [], False  # the parent's arguments less its own mode flags
@@ -285,8 +292,13 @@ def bench_processes(args, argv: list[str]) -> dict:
             result = json.loads(done.stdout)["results"][side]
             if "skipped" in result:
                 return {"skipped": f"{side}: {result['skipped']}"}
+            if sides[side] and result["versions"] != sides[side][0]["versions"]:
+                return {"skipped": f"{side}: child {len(sides[side]) + 1} imported {result['versions']}, "
+                                   f"child 1 {sides[side][0]['versions']}"}
             sides[side].append(result)
             pair[side] = result["iters_per_s"]
+            print(f"processes: pair {i + 1}/{args.processes} {side}: {result['iters_per_s']:.3f} it/s, "
+                  f"child {seconds[-1]} s", file=sys.stderr, flush=True)  # gpu-proof's .err shows progress
         pairs.append(pair)
     return {
         "order": "ABBA over fresh processes: pair i runs mmdet's child first where i is even, torchvision's where odd",
@@ -294,14 +306,17 @@ def bench_processes(args, argv: list[str]) -> dict:
                       "iters_per_s_all": [r["iters_per_s"] for r in rs],
                       "losses_finite": all(r["losses_finite"] for r in rs),
                       "loss_fell": all(r["loss_fell"] for r in rs),
-                      "max_memory_mib": max((r["max_memory_mib"] or 0) for r in rs) or None} for s, rs in sides.items()},
+                      "max_memory_mib": max((r["max_memory_mib"] or 0) for r in rs) or None,
+                      "versions": rs[0]["versions"]} for s, rs in sides.items()},
         **_pair_ratios(pairs),
         "child_seconds": seconds,
     }
 
 
-def _header(args, torch) -> dict:
+def _header(args, torch, argv: list[str]) -> dict:
     return {
+        "command": " ".join(["python benchmarks/bench_detector.py", *argv]),
+        "host": host(),
         "device": args.device,
         "device_name": (
             torch.cuda.get_device_name(args.device) if args.device.startswith("cuda") else "cpu"
@@ -319,12 +334,13 @@ def _header(args, torch) -> dict:
 def run(args, argv: list[str] | None = None) -> dict:
     import torch
 
+    argv = list(sys.argv[1:] if argv is None else argv)
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise SystemExit("error: --device cuda, but torch sees no CUDA GPU")
     if args.image_size is None:
         args.image_size = td.GPU_IMAGE_SIZE if args.device.startswith("cuda") else td.CPU_IMAGE_SIZE
     if args.processes:
-        return {**_header(args, torch), "processes": bench_processes(args, list(argv or sys.argv[1:]))}
+        return {**_header(args, torch, argv), "processes": bench_processes(args, argv)}
     samples = td.synthetic_batch(
         image_size=args.image_size,
         batch_size=args.batch_size,
@@ -332,7 +348,7 @@ def run(args, argv: list[str] | None = None) -> dict:
         seed=args.seed,
     )
     if args.paired:
-        return {**_header(args, torch), "paired": bench_paired(args, samples)}
+        return {**_header(args, torch, argv), "paired": bench_paired(args, samples)}
     sides = {}
     benches = {
         "mmdet": lambda: bench_mmdet(args, samples),
@@ -352,7 +368,7 @@ def run(args, argv: list[str] | None = None) -> dict:
         return a / b if a and b else None
 
     return {
-        **_header(args, torch),
+        **_header(args, torch, argv),
         "results": sides,
         "ratio": ratio("torchvision-matched"),
         "ratio_vs_stock": ratio("torchvision-stock"),
@@ -368,7 +384,9 @@ def _print_table(report: dict) -> None:
         for p in paired["pairs"]:
             print(f"  mmdet {p['mmdet']:8.3f} it/s  torchvision-matched {p['torchvision-matched']:8.3f} it/s  "
                   f"ratio {p['ratio']:.3f} ({p['first']} first)")
-        print(f"  median of pair ratios: {paired['ratio_median_of_pairs']:.3f}")
+        ci = paired["ratio_median_ci95"]
+        print(f"  median of pair ratios: {paired['ratio_median_of_pairs']:.3f}"
+              + (f", 95% interval {ci[0]:.3f}-{ci[1]:.3f}" if ci else ", too few pairs for a 95% interval"))
         return
     print(
         f"{report['model']} on {report['device_name']}, batch {report['batch_size']}x"

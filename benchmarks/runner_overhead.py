@@ -34,14 +34,10 @@ import statistics
 import sys
 import tempfile
 import time
+from pathlib import Path
 
-
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor() or "unknown"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from hostinfo import cpu_name
 
 
 def _parts(device: str):
@@ -182,7 +178,7 @@ def measure(device: str, iters: int, rounds: int, skip: int) -> dict:
                 "with mmdet's train-time hooks (benchmarks/runner_overhead.py)",
         "device": device,
         "device_name": torch.cuda.get_device_name(device) if device.startswith("cuda") else "cpu",
-        "cpu": _cpu_name(),
+        "cpu": cpu_name(),
         "versions": {"python": platform.python_version(), "torch": torch.__version__, "mmengine": mmengine.__version__},
         "iters": iters, "rounds": rounds, "skip": skip,
         "loops": loops,

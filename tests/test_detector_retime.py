@@ -9,6 +9,8 @@ bench_detector.py's `--processes N` (each side in fresh child processes, ABBA, t
 re-timing points to next) has not run on the GPU yet: here its interval for the median is checked
 against the binomial, and with the e2e build's real mmcv and mmdet on the CPU its child protocol
 runs (the mmdet child times; torchvision is absent there, so the parent reports that and no ratio).
+Its committed runs (render_docs._PROCESSES: so far the dev CPU's, in a venv with torchvision) are
+checked to recompute from their pairs, and the goal's verdict to need the whole 95% interval.
 """
 
 from __future__ import annotations
@@ -88,3 +90,46 @@ def test_processes_runs_each_side_in_its_own_child(real_mmcv_python):
     skipped = json.loads(parent.stdout)["processes"]["skipped"]
     # the mmdet child ran first and timed; the torchvision child said why it could not
     assert skipped.startswith("torchvision-matched: torchvision does not import")
+
+
+# bench_detector.py --processes results (docs/mmdet.md's detector-processes table)
+import render_docs  # noqa: E402
+
+PROCESSES = [ROOT / "benchmarks" / "results" / f for _, f in render_docs._PROCESSES]
+
+
+@pytest.mark.parametrize("path", PROCESSES, ids=lambda p: p.stem)
+def test_processes_results_pair_fresh_children_abba(path):
+    """Each pair ran two children, the first alternating; each side's rate per child is the median
+    of its timings; the ratio and its interval are recomputable from the pairs; both sides imported
+    one torch, every child of a side the same versions; losses fell in every child."""
+    doc = json.loads(path.read_text())
+    p = doc["processes"]
+    assert "skipped" not in p, p.get("skipped")
+    n = len(p["pairs"])
+    assert n >= 6, "fewer than 6 pairs give no 95% interval"
+    assert len(p["child_seconds"]) == 2 * n and all(s > 0 for s in p["child_seconds"])
+    for i, pair in enumerate(p["pairs"]):
+        assert pair["first"] == SIDES[i % 2]
+        assert pair["ratio"] == pytest.approx(pair["mmdet"] / pair["torchvision-matched"])
+    ratios = [pair["ratio"] for pair in p["pairs"]]
+    assert p["ratio_median_of_pairs"] == pytest.approx(statistics.median(ratios))
+    assert (p["ratio_min"], p["ratio_max"]) == (min(ratios), max(ratios))
+    assert tuple(p["ratio_median_ci95"]) == bench_detector.median_ci(ratios)
+    for side in SIDES:
+        s = p["sides"][side]
+        assert s["iters_per_s_all"] == [pair[side] for pair in p["pairs"]]
+        assert s["iters_per_s"] == pytest.approx(statistics.median(s["iters_per_s_all"]))
+        assert s["losses_finite"] and s["loss_fell"]
+    versions = {side: p["sides"][side]["versions"] for side in SIDES}
+    assert versions["mmdet"]["torch"] == versions["torchvision-matched"]["torch"]
+    assert {"mmcv", "mmdet", "mmengine"} <= set(versions["mmdet"]) and "torchvision" in versions["torchvision-matched"]
+    assert "/work/" not in path.read_text() and "/tmp/" not in path.read_text()
+
+
+@pytest.mark.parametrize("ci,verdict", [
+    (None, "no interval"), ([0.91, 1.02], "met"), ([0.9, 0.95], "met"), ([0.80, 0.89], "missed"),
+    ([0.85, 0.93], "not resolved"), ([0.80, 0.90], "not resolved"),
+])
+def test_goal_is_settled_only_by_the_whole_interval(ci, verdict):
+    assert render_docs.against_goal(ci, 0.9).startswith(verdict)
