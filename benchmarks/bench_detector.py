@@ -22,10 +22,16 @@ reported it/s is the median. `ratio` = mmdet it/s / torchvision it/s (> 1: mmdet
 torchvision is built twice:
 - "stock": the brief's `fasterrcnn_resnet50_fpn(weights=None, weights_backbone=None)`; without
   pretrained weights torchvision trains all five ResNet stages with ordinary BatchNorm.
-- "matched": the same builder's parts set up like mmdet's faster-rcnn_r50_fpn_1x_coco: frozen
-  BatchNorm, stem and layer1 frozen (3 trainable stages), zero-init residuals, 1000 RPN
-  proposals per image in training. The ratio against this one compares implementations, not
-  configurations.
+- "matched": the same builder's parts set up like mmdet's faster-rcnn_r50_fpn_1x_coco: stem and
+  layer1 frozen (3 trainable stages), BatchNorm kept in eval mode while training with its affine
+  weights trained in the trainable stages (mmdet's `norm_eval=True` with `norm_cfg`
+  `requires_grad=True`), zero-init residuals, 1000 RPN proposals per image in training. The ratio
+  against this one compares implementations, not configurations; each side's `setup` (trainable
+  tensors and values, BatchNorm layers in train mode) shows that they agree, but for torchvision's
+  box regressor's row for the background class (4 x 1,025 values, TV_BACKGROUND_BOX_VALUES).
+  Until 2026-12-04 "matched" used torchvision's FrozenBatchNorm2d, which freezes the affine
+  weights too: mmdet then trained 84 BatchNorm tensors (50,176 values) that torchvision did not,
+  and every H200 result before that date compares those two setups.
 Both get min_size = max_size = image size, so torchvision does not resize the batch (its default
 would upscale 128 px images to 800).
 
@@ -55,6 +61,8 @@ except ImportError:
 
 
 SIDES = ("mmdet", "torchvision-matched")  # what --paired and --processes compare
+# torchvision's FastRCNNPredictor regresses a box for the background class too (1,024 inputs + bias)
+TV_BACKGROUND_BOX_VALUES = 4 * (1024 + 1)
 
 
 def _sync(device: str) -> None:
@@ -122,6 +130,7 @@ def bench_mmdet(args, samples) -> dict:
     )
     result.update(
         framework="mmdet",
+        setup=training_setup(model),
         config=str(td.resolve_config(args.model)),
         deformable_ops=td.deformable_ops(model),
         amp=amp,
@@ -139,7 +148,6 @@ def _torchvision_model(variant: str, *, num_classes: int, image_size: int):
     from torchvision.models import resnet50
     from torchvision.models.detection import FasterRCNN, fasterrcnn_resnet50_fpn
     from torchvision.models.detection.backbone_utils import _resnet_fpn_extractor
-    from torchvision.ops import misc as misc_nn_ops
 
     size = {"min_size": image_size, "max_size": image_size}
     # torchvision's class 0 is background: num_classes + 1 outputs for the same foreground set.
@@ -147,17 +155,45 @@ def _torchvision_model(variant: str, *, num_classes: int, image_size: int):
         return fasterrcnn_resnet50_fpn(
             weights=None, weights_backbone=None, num_classes=num_classes + 1, **size
         )
-    backbone = resnet50(
-        weights=None, norm_layer=misc_nn_ops.FrozenBatchNorm2d, zero_init_residual=True
-    )
+    backbone = resnet50(weights=None, zero_init_residual=True)  # nn.BatchNorm2d, as mmdet's BN
     backbone = _resnet_fpn_extractor(backbone, trainable_layers=3)
-    return FasterRCNN(
+    return _norm_eval(FasterRCNN(
         backbone, num_classes=num_classes + 1, rpn_post_nms_top_n_train=1000, **size
-    )
+    ))
+
+
+def _norm_eval(model):
+    """mmdet's ResNet `norm_eval=True`: every BatchNorm stays in eval mode (running statistics
+    fixed) whenever the model is put in train mode; its affine weights still get gradients where
+    requires_grad is set (mmdet's norm_cfg requires_grad=True, frozen stages excepted)."""
+    import torch
+
+    train = model.train
+
+    def train_norm_eval(mode: bool = True):
+        train(mode)
+        for module in model.modules():
+            if isinstance(module, torch.nn.modules.batchnorm._BatchNorm):
+                module.eval()
+        return model
+
+    model.train = train_norm_eval
+    return model
+
+
+def training_setup(model) -> dict:
+    """What a side trains, to compare across sides: trainable tensors and values, and how many
+    BatchNorm layers are in train mode (updating running statistics) out of how many."""
+    import torch
+
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    norms = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    return {"trainable_tensors": len(trainable), "trainable_values": sum(p.numel() for p in trainable),
+            "batchnorm_layers": len(norms), "batchnorm_in_train_mode": sum(m.training for m in norms)}
 
 
 def torchvision_step(args, samples, variant: str):
-    """One torchvision Faster R-CNN training iteration on the same batch, returning the loss."""
+    """(model, step): one torchvision Faster R-CNN training iteration on the same batch, returning the loss."""
     import torch
 
     td.seed_everything(args.seed)
@@ -184,7 +220,7 @@ def torchvision_step(args, samples, variant: str):
         scaler.update()
         return float(loss.detach())
 
-    return step
+    return model, step
 
 
 def bench_torchvision(args, samples, variant: str) -> dict:
@@ -194,13 +230,14 @@ def bench_torchvision(args, samples, variant: str) -> dict:
     except Exception as exc:  # noqa: BLE001 - one built for another torch fails in odd ways
         return {"skipped": f"torchvision does not import: {type(exc).__name__}: {exc}"}
 
-    step = torchvision_step(args, samples, variant)
+    model, step = torchvision_step(args, samples, variant)
     amp = args.amp and args.device.startswith("cuda")
     result = _time(
         step, warmup=args.warmup, iters=args.iters, repeats=args.repeats, device=args.device
     )
     result.update(
         framework=f"torchvision-{variant}",
+        setup=training_setup(model),
         amp=amp,
         versions={"torch": torch.__version__, "torchvision": torchvision.__version__},
         max_memory_mib=(
@@ -222,9 +259,10 @@ def bench_paired(args, samples) -> dict:
         import torchvision  # noqa: F401
     except Exception as exc:  # noqa: BLE001 - a side that cannot run is reported, not timed
         return {"skipped": f"{type(exc).__name__}: {exc}"}
-    _, mm = mmdet_step(args, samples)
-    tv = torchvision_step(args, samples, "matched")
+    mm_model, mm = mmdet_step(args, samples)
+    tv_model, tv = torchvision_step(args, samples, "matched")
     steps = dict(zip(SIDES, (mm, tv), strict=True))
+    setups = dict(zip(SIDES, (training_setup(mm_model), training_setup(tv_model)), strict=True))
     losses = {name: [step() for _ in range(args.warmup)] for name, step in steps.items()}
     rates = {name: [] for name in steps}
     pairs = []
@@ -236,7 +274,7 @@ def bench_paired(args, samples) -> dict:
         pairs.append({"first": order[0], **pair})
     return {
         "order": "ABBA: pair i times mmdet first where i is even, torchvision first where odd",
-        "sides": {name: _summary(rates[name], losses[name]) for name in steps},
+        "sides": {name: {**_summary(rates[name], losses[name]), "setup": setups[name]} for name in steps},
         **_pair_ratios(pairs),
     }
 
@@ -307,7 +345,7 @@ def bench_processes(args, argv: list[str]) -> dict:
                       "losses_finite": all(r["losses_finite"] for r in rs),
                       "loss_fell": all(r["loss_fell"] for r in rs),
                       "max_memory_mib": max((r["max_memory_mib"] or 0) for r in rs) or None,
-                      "versions": rs[0]["versions"]} for s, rs in sides.items()},
+                      "versions": rs[0]["versions"], "setup": rs[0]["setup"]} for s, rs in sides.items()},
         **_pair_ratios(pairs),
         "child_seconds": seconds,
     }

@@ -83,7 +83,7 @@ def run(args) -> dict:
     sides = {}
     makers = {
         "mmdet": lambda: bd.mmdet_step(args, samples)[1],
-        "torchvision-matched": lambda: bd.torchvision_step(args, samples, "matched"),
+        "torchvision-matched": lambda: bd.torchvision_step(args, samples, "matched")[1],
     }
     for name, make in makers.items():
         try:

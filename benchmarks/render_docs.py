@@ -508,6 +508,32 @@ def _detector_processes(docs) -> tuple[list[str], list[list[object]]]:
             "median of pair ratios", "95% interval", "pair range", f"goal >= {DETECTOR_GOAL}", "loss"], rows
 
 
+# detector_ops.py: ops per stage and the host waits in them (batch, file)
+_DETECTOR_OPS = (("2", "cpu-dev/detector_ops_bs2.json"), ("8", "cpu-dev/detector_ops_bs8.json"))
+_OPS_STAGES = ("preprocess", "backbone+neck", "rpn", "rpn.targets", "rpn.loss", "rpn.proposals", "roi", "roi.targets",
+               "roi.features", "roi.head", "roi.loss", "update", "iteration")
+
+
+def _stage(doc, side: str, stage: str) -> dict:
+    return doc["frameworks"][side]["stages"][stage]
+
+
+def _detector_ops(docs) -> tuple[list[str], list[list[object]]]:
+    """detector_ops.py: per stage, the ops each side dispatches (views left out) and those the host
+    would wait on under CUDA, at each batch size; mmdet's rpn.loss holds its rpn.targets."""
+    rows = []
+    for (bs, _), d in zip(_DETECTOR_OPS, docs, strict=True):
+        mm, tv = (d["frameworks"][s]["stages"] for s in ("mmdet", "torchvision"))
+        for i, stage in enumerate(_OPS_STAGES):
+            a, b = mm.get(stage), tv.get(stage)
+            rows.append([bs if i == 0 else "", ("· " if "." in stage else "") + stage,
+                         *(f"{x['ops']:,}" if x else MISSING for x in (a, b)),
+                         f"{a['ops'] - b['ops']:+,}" if a and b else MISSING,
+                         *(f"{x['host_waits']:,}" if x else MISSING for x in (a, b))])
+    return ["batch", "stage", "mmdet ops", "torchvision ops", "mmdet - tv ops", "mmdet host waits",
+            "torchvision host waits"], rows
+
+
 def _patch_ab_times(docs) -> tuple[list[str], list[list[object]]]:
     """patch_ab.py: an op's time released and patched (medians of the rounds), torchvision beside it."""
     rows = []
@@ -711,6 +737,7 @@ TABLES: dict[str, Table] = {
                                    build=_detector_batches),
     "h200-detector-retime": Table(sources=[f"h200/detector-retime/{f}" for *_, f in _RETIME_RUNS], build=_detector_retime),
     "detector-processes": Table(sources=[f for _, f in _PROCESSES], build=_detector_processes),
+    "detector-ops": Table(sources=[f for _, f in _DETECTOR_OPS], build=_detector_ops),
     "h200-detector-stages": Table(sources=[f"h200/recipe-run6/stages_bs{bs}_sm90.json" for bs in _BATCHES],
                                   build=_detector_stages),
     "h200-nms-anatomy": Table(sources=["h200/nms-anatomy-1/nms_anatomy.json"], build=_nms_anatomy),
@@ -845,6 +872,16 @@ VALUES: dict[str, Value] = {
         *(d["processes"]["sides"]["torchvision-matched"]["versions"][k] for k in ("torch", "torchvision")))),
     "cpu-detprocs-child-seconds": Value("cpu-dev/detprocs_cpu.json", spec="{}", compute=lambda d: _range(
         d["processes"]["child_seconds"], "{:.0f}")),
+    "cpu-ops-setting": Value(_DETECTOR_OPS[0][1], compute=lambda d: "{} px, batch 2 and 8, {}, torch {}, torchvision {}".format(
+        d["image_size"], "AMP" if d["amp"] else "fp32", *(d["frameworks"]["torchvision"]["versions"][k] for k in ("torch", "torchvision")))),
+    "cpu-ops-rpn-targets-per-image": Value(_DETECTOR_OPS[1][1], compute=lambda d: "{:.0f} ops and {:.0f} host waits, torchvision's {:.0f} and {:.0f}".format(
+        *(_stage(d, side, "rpn.targets")[k] / d["batch_size"] for side in ("mmdet", "torchvision") for k in ("ops", "host_waits")))),
+    "cpu-ops-rpn-loss-beyond-targets": Value(_DETECTOR_OPS[1][1], compute=lambda _d: "{} and {} ops at batch 2 and 8 (torchvision's whole rpn.loss: {} and {})".format(
+        *(f"{_stage(load(f), 'mmdet', 'rpn.loss')['ops'] - _stage(load(f), 'mmdet', 'rpn.targets')['ops']:,}" for _, f in _DETECTOR_OPS),
+        *(f"{_stage(load(f), 'torchvision', 'rpn.loss')['ops']:,}" for _, f in _DETECTOR_OPS))),
+    **{f"cpu-ops-{name}-bs2": Value(_DETECTOR_OPS[0][1], compute=lambda d, stage=stage: "{} against {} ops, {} against {} host waits".format(
+        *(_stage(d, side, stage)[k] for k in ("ops", "host_waits") for side in ("mmdet", "torchvision"))))
+       for name, stage in (("roi-targets", "roi.targets"), ("proposals", "rpn.proposals"))},
     "h200-detector-ratio-range": Value(f"{_R6}/detector_bs2_sm90.json", compute=lambda _d: _stage_ratio_range(_R6)),
     "h200-r5-detector-ratio-range": Value(f"{_R5}/detector_bs2_sm90.json", compute=lambda _d: _stage_ratio_range(_R5)),
     "h200-r5-profile-busy-ms": Value(f"{_R5}/profile_sm90.json", spec="{:.1f}",

@@ -43,6 +43,8 @@
 #   nmsanatomy   benchmarks/nms_anatomy.py: released vs patched (recipes/mmcv/patches/0008) nms kernels
 #   runneroh  benchmarks/runner_overhead.py --device cuda: mmengine's Runner, hooks, logging and
 #             the DataLoader per iteration, in the sm_90 prefix (~1 min)
+#   detops    benchmarks/detector_ops.py --device cuda at batch 2 and 8: ops per stage, the host
+#             waits among them and torch's own count of synchronising calls (~1 min)
 #   detprocs  bench_detector.py --processes at DETPROCS_BATCHES (default "8 16 2"), DETPROCS_PAIRS
 #             ABBA pairs of fresh processes each (default 10): over 600 s, so `--start`/`--collect`
 #   patchab   benchmarks/patch_ab.py for each recipes/{mmcv,mmdet}/proposed/*.patch whose header
@@ -381,6 +383,16 @@ if want detprocs && [[ -x "$W/p90/bin/python" ]]; then
     "${benv[@]}" timeout $((60 * pairs + 60)) "$W/p90/bin/python" "$ROOT/benchmarks/bench_detector.py" --device cuda --batch-size "$bs" \
       --iters 10 --repeats 2 --processes "$pairs" --json > "$RES/detprocs_bs${bs}_sm90.json" 2> "$RES/detprocs_bs${bs}_sm90.err"
     status "detprocs bs$bs rc=$?"
+  done
+fi
+if want detops && [[ -x "$W/p90/bin/python" ]]; then
+  # issue 24 item 2: what each stage dispatches and where the host waits (cuda_syncs: torch's count)
+  status "detops"
+  tvonly
+  for bs in 2 8; do
+    "${benv[@]}" timeout 240 "$W/p90/bin/python" "$ROOT/benchmarks/detector_ops.py" --device cuda --batch-size "$bs" \
+      --json > "$RES/detector_ops_bs${bs}_sm90.json" 2> "$RES/detector_ops_bs${bs}_sm90.err"
+    status "detops bs$bs rc=$?"
   done
 fi
 if want runneroh && [[ -x "$W/p90/bin/python" ]]; then

@@ -124,6 +124,12 @@ def test_processes_results_pair_fresh_children_abba(path):
     versions = {side: p["sides"][side]["versions"] for side in SIDES}
     assert versions["mmdet"]["torch"] == versions["torchvision-matched"]["torch"]
     assert {"mmcv", "mmdet", "mmengine"} <= set(versions["mmdet"]) and "torchvision" in versions["torchvision-matched"]
+    # matched settings: the same tensors train, BatchNorm in eval mode on both sides (norm_eval);
+    # torchvision's box regressor alone has a row for the background class
+    mm, tv = (p["sides"][side]["setup"] for side in SIDES)
+    assert mm["trainable_tensors"] == tv["trainable_tensors"]
+    assert tv["trainable_values"] - mm["trainable_values"] == bench_detector.TV_BACKGROUND_BOX_VALUES
+    assert mm["batchnorm_layers"] == tv["batchnorm_layers"] and mm["batchnorm_in_train_mode"] == tv["batchnorm_in_train_mode"] == 0
     assert "/work/" not in path.read_text() and "/tmp/" not in path.read_text()
 
 
