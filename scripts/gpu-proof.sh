@@ -373,18 +373,6 @@ if want patchab && [[ -x "$W/p90/bin/python" ]]; then
     status "patchab $n rc=$?"
   done
 fi
-if want detprocs && [[ -x "$W/p90/bin/python" ]]; then
-  # issue 24 item 2: mmdet against torchvision with each side in fresh child processes, ABBA
-  # (bench_detector.py --processes; ~20-40 s a child): DETPROCS_BATCHES, DETPROCS_PAIRS
-  status "detprocs"
-  tvonly
-  pairs="${DETPROCS_PAIRS:-10}"
-  for bs in ${DETPROCS_BATCHES:-8 16 2}; do  # a child: imports, model, warm-up, 2 x 10 iterations (~20-30 s)
-    "${benv[@]}" timeout $((60 * pairs + 60)) "$W/p90/bin/python" "$ROOT/benchmarks/bench_detector.py" --device cuda --batch-size "$bs" \
-      --iters 10 --repeats 2 --processes "$pairs" --json > "$RES/detprocs_bs${bs}_sm90.json" 2> "$RES/detprocs_bs${bs}_sm90.err"
-    status "detprocs bs$bs rc=$?"
-  done
-fi
 if want detops && [[ -x "$W/p90/bin/python" ]]; then
   # issue 24 item 2: what each stage dispatches and where the host waits (cuda_syncs: torch's count)
   status "detops"
@@ -401,6 +389,19 @@ if want runneroh && [[ -x "$W/p90/bin/python" ]]; then
   "${benv[@]}" timeout 300 "$W/p90/bin/python" "$ROOT/benchmarks/runner_overhead.py" --device cuda --json \
     > "$RES/runner_overhead_sm90.json" 2> "$RES/runner_overhead_sm90.err"
   status "runneroh rc=$?"
+fi
+if want detprocs && [[ -x "$W/p90/bin/python" ]]; then
+  # issue 24 item 2: mmdet against torchvision with each side in fresh child processes, ABBA
+  # (bench_detector.py --processes; ~20-40 s a child): DETPROCS_BATCHES, DETPROCS_PAIRS; after the
+  # short stages (detops, runneroh), so a machine taken back mid-run leaves those
+  status "detprocs"
+  tvonly
+  pairs="${DETPROCS_PAIRS:-10}"
+  for bs in ${DETPROCS_BATCHES:-8 16 2}; do  # a child: imports, model, warm-up, 2 x 10 iterations (~20-30 s)
+    "${benv[@]}" timeout $((60 * pairs + 60)) "$W/p90/bin/python" "$ROOT/benchmarks/bench_detector.py" --device cuda --batch-size "$bs" \
+      --iters 10 --repeats 2 --processes "$pairs" --json > "$RES/detprocs_bs${bs}_sm90.json" 2> "$RES/detprocs_bs${bs}_sm90.err"
+    status "detprocs bs$bs rc=$?"
+  done
 fi
 if want bench && [[ -x "$W/p90/bin/python" ]]; then
   status "bench"
