@@ -882,6 +882,9 @@ VALUES: dict[str, Value] = {
     **{f"cpu-ops-{name}-bs2": Value(_DETECTOR_OPS[0][1], compute=lambda d, stage=stage: "{} against {} ops, {} against {} host waits".format(
         *(_stage(d, side, stage)[k] for k in ("ops", "host_waits") for side in ("mmdet", "torchvision"))))
        for name, stage in (("roi-targets", "roi.targets"), ("proposals", "rpn.proposals"))},
+    "cpu-ops-p0004-waits": Value("cpu-dev/detector_ops_p0004_bs8.json", compute=lambda d: " and ".join(
+        "{} to {} ({})".format(_stage(load("cpu-dev/detector_ops_bs8.json"), "mmdet", st)["host_waits"],
+                               _stage(d, "mmdet", st)["host_waits"], st) for st in ("rpn.targets", "roi.targets"))),
     "h200-detector-ratio-range": Value(f"{_R6}/detector_bs2_sm90.json", compute=lambda _d: _stage_ratio_range(_R6)),
     "h200-r5-detector-ratio-range": Value(f"{_R5}/detector_bs2_sm90.json", compute=lambda _d: _stage_ratio_range(_R5)),
     "h200-r5-profile-busy-ms": Value(f"{_R5}/profile_sm90.json", spec="{:.1f}",
