@@ -444,6 +444,18 @@ def _print_table(report: dict) -> None:
         print(f"  mmdet / torchvision-{label}: " + (f"{value:.3f}" if value else "n/a"))
 
 
+def quiet_stdout(fn, *args, quiet: bool):
+    """fn(*args), with stdout sent to stderr while it runs when quiet: mmengine logs to stdout, and a
+    tool that prints its report as JSON keeps stdout for that."""
+    real_stdout = sys.stdout
+    if quiet:
+        sys.stdout = sys.stderr
+    try:
+        return fn(*args)
+    finally:
+        sys.stdout = real_stdout
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda")
@@ -468,13 +480,7 @@ def main(argv: list[str] | None = None) -> int:
                       help="time this side alone (the children of --processes)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
-    real_stdout = sys.stdout
-    if args.json:
-        sys.stdout = sys.stderr  # mmengine logs to stdout; keep it for the JSON
-    try:
-        report = run(args, argv)
-    finally:
-        sys.stdout = real_stdout
+    report = quiet_stdout(run, args, argv, quiet=args.json)
     if args.json:
         print(json.dumps(report, indent=2))
     else:

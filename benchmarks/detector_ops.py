@@ -38,6 +38,8 @@ import warnings
 from collections import Counter
 from pathlib import Path
 
+import torch  # every op this script counts passes through host_wait_kind
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_detector as bd
 import detector_stages as ds
@@ -53,8 +55,6 @@ VALUE_TO_HOST = ("aten._local_scalar_dense.",)
 
 def host_wait_kind(name: str, args, kwargs, cuda: bool) -> str | None:
     """Why an op makes the host wait for the GPU (None: it does not)."""
-    import torch
-
     if name.startswith(VALUE_TO_HOST):
         return "value read on the host"
     if name.startswith(SIZE_FROM_DATA):
@@ -139,8 +139,6 @@ def _tidy(counter: Counter, cuda: bool) -> dict:
 
 
 def count(framework: str, make, args, samples) -> dict:
-    import torch
-
     cuda = args.device.startswith("cuda")
     stack = Stack()
     step = make(args, samples, stack)
@@ -171,40 +169,9 @@ def count(framework: str, make, args, samples) -> dict:
 
 
 def run(args, argv: list[str]) -> dict:
-    import torch
-
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
-        print("detector_ops: --device cuda, but torch sees no CUDA GPU", file=sys.stderr)
-        raise SystemExit(2)
-    if args.image_size is None:
-        args.image_size = td.GPU_IMAGE_SIZE if args.device.startswith("cuda") else td.CPU_IMAGE_SIZE
-    samples = td.synthetic_batch(image_size=args.image_size, batch_size=args.batch_size,
-                                 num_classes=args.num_classes, seed=args.seed)
-    sides: dict[str, dict] = {}
-    try:
-        versions = td._require_stack()
-        sides["mmdet"] = {**count("mmdet", ds.mmdet_iteration, args, samples), "versions": versions}
-    except td.DetectorStepUnavailable as exc:
-        sides["mmdet"] = {"skipped": str(exc)}
-    try:
-        import torchvision
-    except Exception as exc:  # noqa: BLE001 - one built for another torch fails in odd ways
-        sides["torchvision"] = {"skipped": f"torchvision does not import: {type(exc).__name__}: {exc}"}
-    else:
-        sides["torchvision"] = {**count("torchvision", ds.torchvision_iteration, args, samples),
-                                "versions": {"torch": torch.__version__, "torchvision": torchvision.__version__}}
-    return {
-        "what": "ops dispatched per stage of one training iteration, and those the host waits on",
-        "command": " ".join(["python benchmarks/detector_ops.py", *argv]),
-        "host": host(),
-        "device": args.device,
-        "device_name": torch.cuda.get_device_name(args.device) if args.device.startswith("cuda") else "cpu",
-        "model": args.model, "image_size": args.image_size, "batch_size": args.batch_size,
-        "amp": args.amp and args.device.startswith("cuda"), "warmup": args.warmup, "iters": args.iters,
-        "torchvision_model": "matched (bench_detector.py)",
-        "seams": {name: {"mmdet": m, "torchvision": t} for name, (m, t) in ds.SEAMS.items()},
-        "frameworks": sides,
-    }
+    report = ds.run_sides(args, count, tool="detector_ops",
+                          what="ops dispatched per stage of one training iteration, and those the host waits on")
+    return {"command": " ".join(["python benchmarks/detector_ops.py", *argv]), "host": host(), **report}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -225,13 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.iters < 1 or args.warmup < 0:
         print("detector_ops: --iters must be >= 1 and --warmup >= 0", file=sys.stderr)
         return 2
-    real_stdout = sys.stdout
-    if args.json:
-        sys.stdout = sys.stderr  # mmengine logs to stdout; keep it for the JSON
-    try:
-        report = run(args, argv)
-    finally:
-        sys.stdout = real_stdout
+    report = bd.quiet_stdout(run, args, argv, quiet=args.json)
     if args.json:
         print(json.dumps(report, indent=1))
         return 0

@@ -196,11 +196,14 @@ def measure(framework: str, make, args, samples) -> dict:
     return {"top_level": list(top), "stages": stages, "iterations": len(per_iter)}
 
 
-def run(args) -> dict:
+def run_sides(args, per_side: Callable, *, tool: str, what: str) -> dict:
+    """Both detectors on one synthetic batch, each through per_side(framework, make_iteration, args,
+    samples) (measure here, detector_ops.count there), with the versions each imported; a side that
+    cannot run says why. The report's header is the same for every tool built on these stages."""
     import torch
 
     if args.device.startswith("cuda") and not torch.cuda.is_available():
-        print("detector_stages: --device cuda, but torch sees no CUDA GPU", file=sys.stderr)
+        print(f"{tool}: --device cuda, but torch sees no CUDA GPU", file=sys.stderr)
         raise SystemExit(2)
     if args.image_size is None:
         args.image_size = td.GPU_IMAGE_SIZE if args.device.startswith("cuda") else td.CPU_IMAGE_SIZE
@@ -208,18 +211,19 @@ def run(args) -> dict:
                                  num_classes=args.num_classes, seed=args.seed)
     sides: dict[str, dict] = {}
     try:
-        td._require_stack()
-        sides["mmdet"] = measure("mmdet", mmdet_iteration, args, samples)
+        versions = td._require_stack()
+        sides["mmdet"] = {**per_side("mmdet", mmdet_iteration, args, samples), "versions": versions}
     except td.DetectorStepUnavailable as exc:
         sides["mmdet"] = {"skipped": str(exc)}
     try:
-        import torchvision  # noqa: F401
+        import torchvision
     except Exception as exc:  # noqa: BLE001 - one built for another torch fails in odd ways
         sides["torchvision"] = {"skipped": f"torchvision does not import: {type(exc).__name__}: {exc}"}
     else:
-        sides["torchvision"] = measure("torchvision", torchvision_iteration, args, samples)
+        sides["torchvision"] = {**per_side("torchvision", torchvision_iteration, args, samples),
+                                "versions": {"torch": torch.__version__, "torchvision": torchvision.__version__}}
     return {
-        "what": "one training iteration split into stages: CPU time issuing each, GPU time between its boundaries",
+        "what": what,
         "device": args.device,
         "device_name": torch.cuda.get_device_name(args.device) if args.device.startswith("cuda") else "cpu",
         "model": args.model, "image_size": args.image_size, "batch_size": args.batch_size,
@@ -228,6 +232,11 @@ def run(args) -> dict:
         "seams": {name: {"mmdet": m, "torchvision": t} for name, (m, t) in SEAMS.items()},
         "frameworks": sides,
     }
+
+
+def run(args) -> dict:
+    return run_sides(args, measure, tool="detector_stages",
+                     what="one training iteration split into stages: CPU time issuing each, GPU time between its boundaries")
 
 
 def main(argv: list[str] | None = None) -> int:
