@@ -34,7 +34,8 @@ from pathlib import Path
 sys.path.insert(0, "tests")
 from support import offline
 dest = Path(sys.argv[1])
-for p in (offline.cached_sdist("mmcv"), offline.cached_sdist("mmdet"), offline.cached_github_archive()):
+for p in (offline.cached_sdist("mmcv"), offline.cached_sdist("mmdet"), offline.cached_sdist("mmengine"),
+          offline.cached_github_archive()):
     shutil.copy(p, dest / p.name)
 PY
 du -sh "$C"; ls -la "$C" "$C/sdist"

@@ -26,8 +26,12 @@
 #             CUDA/python/pytorch set to this machine's by --variant): tests on the GPU, upstream's
 #             tests/test_ops among them; then the patched mmdet (noarch) with its tests (a Faster
 #             R-CNN step on the GPU against the mmcv just landed)
-#   install90 the .conda into a fresh prefix with py-rattler (+ mmdet, mmstack), then
+#   mmengine  recipes/mmengine (noarch: safe checkpoint loading), with its tests (the checkpoint
+#             cycle of a torch-only model); before mmdet, which requires it
+#   install90 the .conda into a fresh prefix with py-rattler (+ mmdet, mmengine, mmstack), then
 #             `mmstack verify --expect-gpu --levels L1..L5 --model faster-rcnn,faster-rcnn-mdconv`
+#   ckpt      in that prefix: `mmstack verify --expect-gpu --levels L6 --model faster-rcnn,faster-rcnn-mdconv`
+#             (checkpoints saved, loaded, resumed, tested, fine-tuned from an old-format file; ~2 min)
 #   ptx       the same recipe for `8.0+PTX` (runs on sm_90 only through the driver's JIT)
 #   fat       the same recipe for the fat variant (arch_tag all, the stand-in pytorch's arch list),
 #             with its tests; over 600 s on 16 cores: `STAGES="channel noarch fat" ... --start 560`, then
@@ -84,7 +88,7 @@ DONE="$RES/DONE"
 copy_ours() {  # copy_ours DEST: our packages in the channel (mmcv, mmdet, mmstack; never the stand-ins)
   [[ -d "$W/channel" ]] || return 0
   mkdir -p "$1"
-  find "$W/channel" \( -name 'mmcv-*.conda' -o -name 'mmdet-*.conda' -o -name 'mmstack-*.conda' \) -exec cp {} "$1/" \;
+  find "$W/channel" \( -name 'mmcv-*.conda' -o -name 'mmdet-*.conda' -o -name 'mmstack-*.conda' -o -name 'mmengine-*safeload_*.conda' \) -exec cp {} "$1/" \;
 }
 hand_back() {  # foreground only: $RES as one $OUT/res.tgz (replaced whole) and our packages
   [[ -n "$FOREGROUND" ]] || return 0
@@ -181,7 +185,7 @@ MMSTACK_TEST_CACHE="$W/cache" "$PY" -c 'import sys; sys.path[:0] = sys.argv.pop(
 from pathlib import Path
 from support import offline
 root, w = Path(sys.argv[1]), Path(sys.argv[2])
-for n in ("mmcv", "mmdet"):
+for n in ("mmengine", "mmcv", "mmdet"):
     offline.offline_recipe_for(n, root / "recipes" / n, w / "recipes" / n)' "$SP" "$ROOT" "$W" \
   || { status "FAIL offline recipes"; exit 1; }
 if [[ -n "${NVCC_EXTRA:-}" ]]; then
@@ -289,6 +293,12 @@ if want sm90; then
   fi
   [[ $rc == 0 ]] || { tail -30 "$RES/build_sm90.err"; exit 1; }
 fi
+if want mmengine; then
+  # noarch mmengine (safe checkpoint loading), tested with the checkpoint cycle; mmdet requires it
+  status "mmengine: patched mmengine 0.10.7 (python_min $PYV, with its tests)"
+  build mmengine --env h100 --recipe "$W/recipes/mmengine" "${VARIANT[@]}" --variant "python_min=$PYV" \
+    || { status "FAIL mmengine"; tail -20 "$RES/build_mmengine.err"; }
+fi
 if want mmdet; then
   # noarch mmdet, tested on the mmcv that just landed (its test trains Faster R-CNN on the GPU)
   status "mmdet: patched mmdet 3.3.0 (python_min $PYV, with its tests)"
@@ -331,6 +341,14 @@ if want install90; then
   status "install90"
   # pytest too: benchmarks/patch_ab.py runs upstream's tests in this prefix
   verify_prefix sm90 "$W/p90" "mmcv ==2.2.0 cuda*_sm90_*" mmdet mmstack pytest "python $PYV.*"
+fi
+if want ckpt && [[ -x "$W/p90/bin/mmstack" ]]; then
+  # the ladder's L6 in the installed prefix: the toy model and both detectors through mmengine's Runner
+  status "ckpt"
+  env -u PYTHONPATH -u VIRTUAL_ENV -u PYTHONHOME "PATH=$W/p90/bin:/usr/local/bin:/usr/bin:/bin" \
+    "$W/p90/bin/mmstack" verify --expect-gpu --levels L6 --model faster-rcnn,faster-rcnn-mdconv --timeout 500 --json \
+    > "$RES/ckpt_sm90.json" 2> "$RES/ckpt_sm90.err"
+  status "ckpt rc=$?"
 fi
 if [[ -n "$PTX_PID" ]]; then wait "$PTX_PID"; fi
 find "$CH" -name '*.conda' -printf '%s %p\n' > "$RES/channel_files.txt"

@@ -60,7 +60,7 @@ def _inputs_key(boot: Path) -> str:
     """Everything the built channel depends on: recipes, patches, build.sh, matrix, mmstack."""
     h = hashlib.sha256(boot.name.encode())
     files = [CONFIG, ROOT / "pyproject.toml", *sorted((ROOT / "recipes" / "mmcv").rglob("*")),
-             *sorted((ROOT / "recipes" / "mmdet").rglob("*")),
+             *sorted((ROOT / "recipes" / "mmdet").rglob("*")), *sorted((ROOT / "recipes" / "mmengine").rglob("*")),
              *sorted((ROOT / "recipes" / "mmstack").rglob("*")), *sorted((ROOT / "src" / "mmstack").rglob("*.py")),
              *sorted((ROOT / "src" / "mmstack" / "data").rglob("*")),
              *sorted((ROOT / "src" / "mmstack" / "ci" / "templates").rglob("*")), Path(build.__file__), Path(channel.__file__)]
@@ -91,7 +91,7 @@ def built_channel(bootstrap_channel: Path) -> dict:
     try:
         ch = work / "channel"  # the test's ./channel
         recipes = [offline.offline_recipe_for(name, ROOT / "recipes" / name, work / "recipes" / name)
-                   for name in ("mmcv", "mmdet")]
+                   for name in ("mmengine", "mmcv", "mmdet")]
         started = time.monotonic()
         os.environ[bootstrap.NO_TORCHVISION_ENV] = "1"  # read when the recipe renders its tests
         # as `mmstack build --env cpu` does it (mmstack first: the others' tests run `mmstack verify`

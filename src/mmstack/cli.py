@@ -117,12 +117,12 @@ def verify(
     expect_gpu: bool = typer.Option(False, "--expect-gpu", help="No usable GPU is a FAIL, not a SKIP."),
     python: str | None = typer.Option(None, "--python", callback=_not_empty, help="Verify another environment's interpreter."),
     timeout: float = typer.Option(300.0, "--timeout", min=0.1, help="Seconds each level (each part of one) may take."),
-    model: str | None = typer.Option(None, "--model", callback=_not_empty, help="L5 also trains mmdet detectors: faster-rcnn, faster-rcnn-mdconv, faster-rcnn-dconv (comma-separated)."),
+    model: str | None = typer.Option(None, "--model", callback=_not_empty, help="L5 also trains mmdet detectors, and L6 checkpoints them: faster-rcnn, faster-rcnn-mdconv, faster-rcnn-dconv (comma-separated)."),
     nproc: int | None = typer.Option(None, "--nproc", help="L5 also runs the step under torchrun with N ranks (NCCL on N GPUs, else gloo)."),
     l4: str = typer.Option("quick", "--l4", help="L4 mode: quick (5 ops) or complete (every op mmcv.ops exports, each compared with the CPU kernel, torch/torchvision or known values, or listed as run-only)."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress line (the level running, its time last run) on stderr."),
 ) -> None:
-    """The L1..L5 ladder (import, CUDA, ops load, ops run, train) in one child process; a crash costs a fresh one."""
+    """The L1..L6 ladder (import, CUDA, ops load, ops run, train, checkpoints) in one child process; a crash costs a fresh one."""
     from mmstack.commands.ladder_cmds import run_verify
 
     raise typer.Exit(run_verify(levels=levels, as_json=json, expect_gpu=expect_gpu, python=python, timeout=timeout,

@@ -120,6 +120,7 @@ WHEELS: tuple[Wheel, ...] = (
     # check sees), the conda package mmengine, no matplotlib/opencv requirement.
     Wheel("mmengine-lite", "0.10.7", conda="mmengine",
           depends=("addict", "numpy", "packaging", "pyyaml", "rich", "termcolor", "yapf")),
+    Wheel("regex", "2026.11.19"),  # in conda-forge's mmengine run requirements (recipes/mmengine)
     Wheel("numpy", "2.4.6"),
     Wheel("opencv-python-headless", "5.1.0.95", conda="py-opencv", depends=("numpy >=2",)),
     Wheel("packaging", "26.4"),

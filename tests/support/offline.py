@@ -20,10 +20,14 @@ MMCV_SDIST_SHA256 = "ac479247e808d8802f89eadf04d4118de86bdfe81361ec5aed0cc1bf731
 MMDET_SDIST_URL = ("https://files.pythonhosted.org/packages/5a/9e/c897d2fe3c3aa40fd83ea04c6103412cf0bd4db4bb20db4248f5c09673e7/"
                    "mmdet-3.3.0.tar.gz")
 MMDET_SDIST_SHA256 = "fe8cc2685d60a2a4f2530a4e92aa6269fe45af93265303a31bf4ea463eb3164f"
+MMENGINE_SDIST_URL = ("https://files.pythonhosted.org/packages/17/14/959360bbd8374e23fc1b720906999add16a3ac071a501636db12c5861ff5/"
+                      "mmengine-0.10.7.tar.gz")
+MMENGINE_SDIST_SHA256 = "d20ffcc31127567e53dceff132612a87f0081de06cbb7ab2bdb7439125a69225"
 # name -> (url, sha256, version): the sources the recipes name, byte for byte.
 SDISTS = {
     "mmcv": (MMCV_SDIST_URL, MMCV_SDIST_SHA256, "2.2.0"),
     "mmdet": (MMDET_SDIST_URL, MMDET_SDIST_SHA256, "3.3.0"),
+    "mmengine": (MMENGINE_SDIST_URL, MMENGINE_SDIST_SHA256, "0.10.7"),
 }
 # Copies that may already be on the machine (the dev image has one); else PyPI, once.
 LOCAL_COPIES = (Path("/tmp/cache"),)

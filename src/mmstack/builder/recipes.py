@@ -28,8 +28,9 @@ DEFAULT_CHANNELS = ("conda-forge",)
 TARGET_PLATFORM = "linux-64"
 RECIPE_FILE = "recipe.yaml"
 # The recipes `mmstack build` builds, in order: mmcv's tests run `mmstack verify` and mmdet's
-# `python -m mmstack.verify.train_detector` on the mmcv just built, so mmstack goes first, mmdet last.
-STACK = ("mmstack", "mmcv", "mmdet")
+# `python -m mmstack.verify.train_detector` on the mmcv just built, so mmstack goes first, mmdet last;
+# mmdet requires our mmengine (safe checkpoint loading), whose own tests run mmstack's checkpoint cycle.
+STACK = ("mmstack", "mmengine", "mmcv", "mmdet")
 # Variant keys that pick a build (the rest follow: c_stdlib_version is zipped with cuda_compiler_version).
 SELECT_KEYS = ("python", "pytorch", "cuda_compiler_version", "mmcv_arch_list", "arch_tag")
 Progress = Callable[[str], None]

@@ -177,7 +177,33 @@ def _env_pins(env: EnvSpec, pins: Pins, src: str) -> list[Problem]:
         if s.build not in builds:
             p("mmcv", f"mmcv build {s.build!r} is not the matrix's build for {name} ({', '.join(sorted(pins.mmcv_prefixes))})",
               f'mmcv = {{ version = "2.2.0.*", build = "{sorted(builds)[0]}" }}')
+
+    # mmengine: where MMDetection trains, the build that loads its own checkpoints on torch >= 2.6.
+    if env.specs_named("mmdet"):
+        me = env.specs_named("mmengine")
+        if not any((s.build or "").startswith(MMENGINE_BUILD[:-1]) for s in me):
+            found = ", ".join(f"build {s.build or '*'!r}" for s in me) or "not requested"
+            p("mmengine", f"mmengine is {found}: conda-forge's mmengine cannot load the checkpoints it writes"
+              " on torch >= 2.6 (recipes/mmengine/patches/0001)", MMENGINE_TOML)
     return out
+
+
+# recipes/mmengine's build: mmengine 0.10.7 with safe checkpoint loading (its build string prefix)
+MMENGINE_BUILD = "safeload_*"
+MMENGINE_TOML = f'mmengine = {{ version = "0.10.7.*", build = "{MMENGINE_BUILD}" }} in [feature.mmdet.dependencies]'
+
+
+def mmengine_problems(name: str, locked: LockedEnv, relock: str) -> list[Problem]:
+    """A locked environment with mmdet must hold recipes/mmengine's build, not conda-forge's."""
+    if not locked.by_name("mmdet"):
+        return []
+    found = locked.by_name("mmengine")
+    if found and all(r.build.startswith(MMENGINE_BUILD[:-1]) for r in found):
+        return []
+    what = ", ".join(r.label for r in found) or "no mmengine"
+    return [Problem(name, "mmengine", "mmengine-build",
+                    f"{what}: mmdet trains with an mmengine that cannot load its own checkpoints on torch >= 2.6",
+                    f"{MMENGINE_TOML}, then {relock}")]
 
 
 # -- lock rules ----------------------------------------------------------------------------------
@@ -269,6 +295,7 @@ def lock_problems(*, env: EnvSpec, locked: LockedEnv, facts: Facts, matrix: list
                            f"PyPI {which} next to conda mmcv: mmcv._ext is built against conda-forge's pytorch",
                            f"remove {which} from pypi-dependencies; take pytorch from conda-forge"))
 
+    out += mmengine_problems(name, locked, relock)
     gen = _gen(facts, name)
     if gen is not None:
         out += _generation_rules(gen, locked, facts, matrix, relock)

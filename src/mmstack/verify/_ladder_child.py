@@ -576,6 +576,22 @@ def level_l5_detector(out: _Out, opts: dict) -> None:
             out.error(f"{model}: {res['reason']}")
 
 
+def level_l6(out: _Out, opts: dict) -> None:
+    """L6: each model's checkpoint cycle (checkpoint_cycle.py, loaded by path), whose phases run in
+    fresh processes of this interpreter; a failed phase is this part's error, its reason first."""
+    out.step("load checkpoint_cycle.py")
+    mod = _load_by_path("_mmstack_checkpoint_cycle", opts["module"])
+    dev = _device(opts)
+    cycles = []
+    for model in opts["models"]:
+        out.step(f"checkpoint cycle of {model} on {dev}")
+        cycles.append(mod.run_cycle(model=model, device=dev, python=sys.executable))
+        out.evidence(checkpoints=cycles, device=dev)
+        if not cycles[-1]["passed"]:
+            bad = [r for r in cycles[-1]["phases"].values() if not r["passed"] and not r.get("skipped")]
+            out.error(cycles[-1]["reason"] + "".join(f"\n{r['error']}" for r in bad[:1] if r.get("error")))
+
+
 def fingerprint(out: _Out, opts: dict) -> None:
     """What `mmstack doctor` needs from torch and mmcv; each part survives the other failing."""
     out.evidence(python=sys.executable, python_version=sys.version.split()[0], driver=_nvidia_driver())
@@ -607,7 +623,7 @@ def fingerprint(out: _Out, opts: dict) -> None:
 
 
 LEVELS = {"doctor": fingerprint, "L1": level_l1, "L2": level_l2, "L3": level_l3, "L3-info": level_l3_info, "L4": level_l4, "L5": level_l5,
-          "L5-detector": level_l5_detector}
+          "L5-detector": level_l5_detector, "L6": level_l6}
 
 
 def run_parts(out: _Out, opts: dict) -> None:

@@ -120,6 +120,16 @@ TABLE: tuple[Rule, ...] = (
         "install the CUDA build of mmcv for this GPU ({install})",
     ),
     Rule(
+        "mmengine-weights-only",
+        r"Weights only load failed|Unsupported global: GLOBAL mmengine\.",
+        "this mmengine loads the checkpoints it writes with a plain torch.load, which torch {torch_version}"
+        " restricts to weights (weights_only=True since torch 2.6): its own message_hub state and numpy"
+        " values are refused, so load_checkpoint, resume, load_from and tools/test.py fail",
+        "install mmstack's mmengine, which allows exactly what mmengine writes (recipes/mmengine;"
+        " `conda install -c ./channel \"mmengine=*=safeload_*\"`); only for files you trust, the opt-in"
+        " TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1 loads them unrestricted",
+    ),
+    Rule(
         "no-gpu",
         r"no NVIDIA GPU or driver found|is_available\(\) is False",
         "torch sees no usable GPU",

@@ -9,6 +9,9 @@
                 values, the CPU kernel and torchvision; complete (--l4 complete): every op that
                 mmcv.ops exports, each with what it was compared with (_ladder_ops.py)
     L5 train    a few optimiser steps of a tiny DeformConv2d + RoIAlign model; the loss must fall
+    L6 checkpoints  that model (and --model's detectors) through mmengine's Runner: checkpoints saved,
+                loaded into a new model, resumed, tested and fine-tuned from, each in a fresh process
+                (checkpoint_cycle.py); an mmengine that cannot load its own checkpoints fails here
 
 The child journals each part's start, steps, evidence and result to a file as it goes. A crash
 (signal), a hang (per-part timeout) or an exception becomes that level's FAIL with a diagnosis from
@@ -33,19 +36,21 @@ from pathlib import Path
 from mmstack.errors import BadInput
 from mmstack.verify.diagnose import Diagnosis, diagnose
 
-LEVELS = ("L1", "L2", "L3", "L4", "L5")
+LEVELS = ("L1", "L2", "L3", "L4", "L5", "L6")
 L4_MODES = ("quick", "complete")
-TITLES = {"L1": "import", "L2": "CUDA", "L3": "ops load", "L4": "ops run", "L5": "train"}
-NEEDS = {"L2": "L1", "L3": "L1", "L4": "L3", "L5": "L4"}
+TITLES = {"L1": "import", "L2": "CUDA", "L3": "ops load", "L4": "ops run", "L5": "train", "L6": "checkpoints"}
+NEEDS = {"L2": "L1", "L3": "L1", "L4": "L3", "L5": "L4", "L6": "L4"}
 DEFAULT_TIMEOUT = 300.0
 CHILD = Path(__file__).with_name("_ladder_child.py")
 DETECTOR_MODULE = Path(__file__).with_name("train_detector.py")  # run by path in the child, like CHILD
+CHECKPOINT_MODULE = Path(__file__).with_name("checkpoint_cycle.py")  # L6, likewise
 # Run the child by path so the interpreter under test needs no mmstack; drop argv[0].
 _BOOT = "import runpy,sys; p=sys.argv[1]; sys.argv=sys.argv[1:]; runpy.run_path(p, run_name='__main__')"
 _TAIL_LINES = 25
 _POLL_S = 0.02
 # The parts of each level, in the order the child runs them (L5-detector only with --model).
-PARTS = {"L1": ("L1",), "L2": ("L2",), "L3": ("L3", "L3-info"), "L4": ("L4",), "L5": ("L5", "L5-detector")}
+PARTS = {"L1": ("L1",), "L2": ("L2",), "L3": ("L3", "L3-info"), "L4": ("L4",), "L5": ("L5", "L5-detector"),
+         "L6": ("L6",)}
 
 
 def parse_levels(text: str | None) -> tuple[str, ...]:
@@ -58,7 +63,7 @@ def parse_levels(text: str | None) -> tuple[str, ...]:
             continue
         token = token if token.startswith("L") else f"L{token}"
         if token not in LEVELS:
-            raise BadInput(f"--levels: unknown level {token!r} in {text!r}", fix="use L1..L5, e.g. --levels L1,L3,L4")
+            raise BadInput(f"--levels: unknown level {token!r} in {text!r}", fix="use L1..L6, e.g. --levels L1,L3,L4")
         wanted.append(token)
     return tuple(sorted(set(wanted)))
 
@@ -500,6 +505,20 @@ class _Ladder:
         return LevelResult("L5", status, round(seconds, 3), evidence, reason, diag)
 
 
+    # L6 ---------------------------------------------------------------------------------------
+    def l6(self, run: ChildRun) -> LevelResult:
+        """The checkpoint cycle of each model (checkpoint_cycle.run_cycle); PASS only if every
+        phase of every model passed."""
+        ev = dict(run.evidence)
+        if not run.ok:
+            ev.update(run.failure())
+            return self.failed("L6", [run], ev, run.seconds)
+        reason = "; ".join(f"{c['model']}: saved, loaded, resumed at iteration "
+                           f"{c['phases']['resume'].get('start_iter')}, tested, fine-tuned from an old-format "
+                           f"checkpoint, a foreign one refused" for c in ev.get("checkpoints", []))
+        return LevelResult("L6", "PASS", run.seconds, ev, reason)
+
+
 _QUICK_REFS = (("known", "known values"), ("vs_cpu", "CPU kernel"), ("vs_torchvision", "torchvision"))
 
 
@@ -718,9 +737,12 @@ def run_ladder(*, levels=LEVELS, python: str | None = None, timeout: float = DEF
     `l4` is "quick" (five ops) or "complete" (every op mmcv.ops exports). `on_level(level)` is
     called as the child starts each level (for progress), from this thread.
     """
-    if (models or nproc) and "L5" not in levels:
-        raise BadInput("--model/--nproc extend L5, which --levels leaves out", source="command line",
-                       fix="add L5 to --levels or drop --model/--nproc")
+    if models and not {"L5", "L6"} & set(levels):
+        raise BadInput("--model extends L5 and L6, which --levels leaves out", source="command line",
+                       fix="add L5 or L6 to --levels or drop --model")
+    if nproc and "L5" not in levels:
+        raise BadInput("--nproc extends L5, which --levels leaves out", source="command line",
+                       fix="add L5 to --levels or drop --nproc")
     if nproc is not None and nproc < 1:
         raise BadInput(f"--nproc {nproc}: expected 1 or more processes", source="command line",
                        fix="pass --nproc 1 or more")
@@ -749,6 +771,7 @@ def run_ladder(*, levels=LEVELS, python: str | None = None, timeout: float = DEF
     part_opts: dict[str, dict[str, object]] = {"L4": {"l4": l4}}
     if models:
         part_opts["L5-detector"] = {"module": str(DETECTOR_MODULE), "models": list(models)}
+    part_opts["L6"] = {"module": str(CHECKPOINT_MODULE), "models": ["toy", *models]}
     started: list[str] = []
 
     def saw(record: dict) -> None:
@@ -781,8 +804,10 @@ def run_ladder(*, levels=LEVELS, python: str | None = None, timeout: float = DEF
             done[level] = ladder.l3(runs["L3"], runs["L3-info"])
         elif level == "L4":
             done[level] = ladder.simple("L4", runs["L4"])
-        else:
+        elif level == "L5":
             done[level] = ladder.l5(runs["L5"], runs.get("L5-detector"))
+        else:
+            done[level] = ladder.l6(runs["L6"])
     ladder._pool.shutdown(wait=False)
     results = [done[lv] for lv in LEVELS if lv in done]
     timings = {"interpreters": len(children), "children": children,
