@@ -25,6 +25,12 @@ EXAMPLES = [
     ("level=L2\nmmcv's _ext holds no CUDA code (a CPU build of mmcv) under torch CUDA 12.4", H100, "mmcv-cpu-build",
      ["CPU build", "h100"]),
     ("level=L2\nno NVIDIA GPU or driver found", {}, "no-gpu", ["no usable GPU", "--gpus all"]),
+    # what mmengine 0.10.7 under torch 2.13 printed in L6 (tests/test_mmengine_safe_load.py runs it)
+    ("level=L6\nstep=checkpoint cycle of toy on cpu\ntoy: load failed: UnpicklingError: Weights only load failed."
+     " This file can still be loaded ...\n\tWeightsUnpickler error: Unsupported global: GLOBAL"
+     " mmengine.logging.history_buffer.HistoryBuffer was not an allowed global by default.",
+     {"torch_version": "2.13.0+cpu"}, "mmengine-weights-only",
+     ["torch 2.13.0+cpu", "weights_only=True", "safeload_", "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1"]),
     ("ImportError: /env/lib/libstdc++.so.6: version `GLIBCXX_3.4.32' not found (required by _ext.so)", {},
      "libstdcxx-too-old", ["GLIBCXX_3.4.32", "libstdcxx-ng"]),
     ("ImportError: /lib64/libc.so.6: version `GLIBC_2.34' not found", {}, "glibc-too-old", ["GLIBC_2.34", "sysroot"]),

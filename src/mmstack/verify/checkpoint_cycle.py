@@ -39,7 +39,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 PHASES = ("train", "load", "resume", "test", "old-format", "foreign")
 MODELS = ("plain", "toy")  # + train_detector.MODELS
@@ -140,7 +140,7 @@ def _dataset(model: str) -> Any:
         items = [{"inputs": i, "data_samples": s} for i, s in zip(batch["inputs"], batch["data_samples"], strict=True)]
 
     class Synthetic(Dataset):
-        metainfo = {"classes": ("a", "b", "c")}
+        metainfo: ClassVar[dict] = {"classes": ("a", "b", "c")}
 
         def __len__(self) -> int:
             return len(items)
