@@ -50,12 +50,13 @@ BATCH = 2
 SEED = 0
 CUDA_RTOL = 1e-3
 PHASE_TIMEOUT = 600.0
-# The structure of a model-zoo checkpoint of the mmcv 1.x / mmdet 2.x era. mmcv 1.x's
-# runner/checkpoint.py save_checkpoint adds mmcv_version and time to the runner's meta and
-# EpochBasedRunner.save_checkpoint epoch and iter; mmdet 2.x's tools/train.py puts env_info,
-# config (the pretty text), seed and exp_name in it, mmdet/apis/train.py mmdet_version and CLASSES
-# (through checkpoint_config.meta), mmcv 1.x's CheckpointHook hook_msgs.last_ckpt and its EvalHook
-# hook_msgs.best_score/best_ckpt (the numpy float mmdet 2.x's VOC evaluation returns).
+# The structure of a model-zoo checkpoint of the mmcv 1.x / mmdet 2.x era, as mmcv v1.7.2 writes it
+# (read at that tag): runner/checkpoint.py save_checkpoint adds mmcv_version, time and the model's
+# CLASSES to the runner's meta, runner/epoch_based_runner.py epoch and iter, hooks/checkpoint.py
+# hook_msgs.last_ckpt, hooks/evaluation.py hook_msgs.best_score (the key score as the evaluation
+# returned it: a numpy float64 where the metric is computed with numpy) and best_ckpt. The rest is
+# what mmdet 2.x's tools/train.py and apis/train.py put in the meta (env_info, config text, seed,
+# exp_name, mmdet_version), from its documentation; mmdet's repository was not re-read here.
 OLD_META: dict[str, Any] = {
     "mmcv_version": "1.7.1",
     "time": "Tue Jan 10 12:00:00 2023",
