@@ -90,8 +90,9 @@ def test_channel_index_of_a_missing_directory_is_bad_input(tmp_path):
 
 @pytest.mark.parametrize("args, words", [
     (("--model", "yolo-x"), "unknown detector yolo-x"),
-    (("--levels", "L1", "--model", "faster-rcnn"), "extend L5, which --levels leaves out"),
-    (("--levels", "L1", "--nproc", "2"), "extend L5, which --levels leaves out"),
+    (("--levels", "L1", "--model", "faster-rcnn"), "--model extends L5 and L6, which --levels leaves out"),
+    (("--levels", "L1", "--nproc", "2"), "--nproc extends L5, which --levels leaves out"),
+    (("--levels", "L6", "--nproc", "2"), "--nproc extends L5, which --levels leaves out"),
     (("--nproc", "0"), "--nproc 0: expected 1 or more"),
 ])
 def test_verify_l5_options_reject_bad_input_before_running_anything(args, words):

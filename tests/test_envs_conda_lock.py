@@ -136,7 +136,9 @@ def test_a_changed_yml_is_not_current_and_conda_lock_tries_to_solve(root, tmp_pa
     tree = tmp_path / "r"
     shutil.copytree(root, tree)
     yml = lockfile.env_yml_path(tree, "h100")
-    yml.write_text(yml.read_text().replace("  - mmengine>=0.7.1,<1.0.0\n", "  - mmengine>=0.8,<1.0.0\n"))
+    text = yml.read_text()
+    assert "  - mmengine=0.10.7=safeload_*\n" in text
+    yml.write_text(text.replace("  - mmengine=0.10.7=safeload_*\n", "  - mmengine=0.10.6=safeload_*\n"))
     before = lockfile.conda_lock_path(tree, "h100").read_bytes()
     code, err = conda_lock(check_args("h100", conda), tree)
     assert code != 0 and SKIPPED not in err and "Locking dependencies for ['linux-64']" in err, err

@@ -100,10 +100,13 @@ def standard_packages(matrix, *, pythons=("3.11", "3.12"), cuda_versions=("12.8"
     # recipes/mmdet's build (patched for mmcv 2.2) and conda-forge's unpatched one, which the
     # `mmcv22_*` build pin must keep out.
     pkgs.append(Pkg("mmdet", "3.3.0", "mmcv22_pyh", subdir="noarch", noarch="python",
-                    depends=("python >=3.11", "mmcv >=2.0.0rc4,<2.3.0", "mmengine >=0.7.1,<1.0.0", "numpy")))
+                    depends=("python >=3.11", "mmcv >=2.0.0rc4,<2.3.0", "mmengine >=0.7.1,<1.0.0 safeload_*", "numpy")))
     pkgs.append(Pkg("mmdet", "3.3.0", "pyh", subdir="noarch", noarch="python", build_number=1,
                     depends=("python >=3.8", "mmcv >=2.0.0rc4,<2.2.0", "mmengine >=0.7.1,<1.0.0", "numpy")))
-    pkgs.append(Pkg("mmengine", "0.10.7", "pyh", subdir="noarch", noarch="python", depends=("python >=3.8", "numpy")))
+    # recipes/mmengine's build (safe checkpoint loading) and conda-forge's, which mmdet's pin keeps out
+    pkgs.append(Pkg("mmengine", "0.10.7", "safeload_pyh", subdir="noarch", noarch="python", depends=("python >=3.11", "numpy")))
+    pkgs.append(Pkg("mmengine", "0.10.7", "pyh", subdir="noarch", noarch="python", build_number=1,
+                    depends=("python >=3.8", "numpy")))
     pkgs.append(Pkg("mmstack", "0.1.0", "pyh", subdir="noarch", noarch="python",
                     depends=("python >=3.10", "typer >=0.12", "rich >=13", "pydantic >=2.5", "pyelftools >=0.31", "jinja2 >=3.1")))
     for name, ver in (("typer", "0.12.5"), ("rich", "13.9.4"), ("pydantic", "2.9.2"), ("pyelftools", "0.31"), ("jinja2", "3.1.6"),
