@@ -155,7 +155,7 @@ def test_recipe_tests_import_mmdet_check_configs_and_run_l5(rendered):
     scripts = [line for t in tests if "script" in t
                for line in ([t["script"]] if isinstance(t["script"], str) else t["script"])]
     assert any("mmstack.verify.train_detector" in s for s in scripts)
-    assert any("mmstack verify --levels L6 --model faster-rcnn" in s for s in scripts)  # the checkpoint loop
+    assert any("mmstack verify --levels L6 --model faster-rcnn --timeout 900" in s for s in scripts)  # the checkpoint loop
 
 
 def test_meta_yaml_matches_recipe_yaml(rendered):

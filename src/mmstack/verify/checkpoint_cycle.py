@@ -170,10 +170,12 @@ def _fingerprint(outputs: list) -> dict:
 
     count, total, magnitude = 0, 0.0, 0.0
     for out in outputs:
-        if hasattr(out, "pred_instances"):
-            p = out.pred_instances
-            parts = [p.bboxes.double(), p.scores.double(), p.labels.double()]
-            count += len(p.scores)
+        # a DetDataSample from test_step, or the dict mmengine's Evaluator makes of it (to_dict())
+        pred = out.get("pred_instances") if isinstance(out, dict) else getattr(out, "pred_instances", None)
+        if pred is not None:
+            get = pred.get if isinstance(pred, dict) else lambda k: getattr(pred, k)
+            parts = [get("bboxes").double(), get("scores").double(), get("labels").double()]
+            count += len(get("scores"))
         else:
             parts = [out.double()]
             count += 1
@@ -202,6 +204,7 @@ def _metric() -> Any:
 
 
 def _recorder(log: list) -> Any:
+    import torch
     from mmengine.hooks import Hook
 
     class Record(Hook):
@@ -213,6 +216,12 @@ def _recorder(log: list) -> Any:
             # copies: the optimizer updates its state tensors in place as training goes on
             log.append({"start_iter": runner.iter, "optimizer": copy.deepcopy(runner.optim_wrapper.state_dict()),
                         "state_dict": {k: v.detach().cpu().clone() for k, v in runner.model.state_dict().items()}})
+
+        def before_train_iter(self, runner: Any, batch_idx: int, data_batch: Any = None) -> None:
+            # mmengine keeps no RNG state in a checkpoint: the detectors' proposal samplers would draw
+            # otherwise after a resume. Seeding by iteration makes each iteration's draw the same in
+            # every run, so a resumed run must repeat the first run's losses.
+            torch.manual_seed(SEED * 1000 + runner.iter)
 
         def after_train_iter(self, runner: Any, batch_idx: int, data_batch: Any = None, outputs: Any = None) -> None:
             lr = runner.optim_wrapper.get_lr()["lr"][0]
