@@ -1,9 +1,7 @@
-"""The numbers in docs/*.md are what benchmarks/render_docs.py renders from benchmarks/results/."""
+"""The numbers in docs/*.md are what lab/src/mmstack_lab/docs/render_docs.py renders from lab/results/."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,16 +11,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def render_docs():
-    spec = importlib.util.spec_from_file_location("render_docs", ROOT / "benchmarks" / "render_docs.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("render_docs", mod)
-    spec.loader.exec_module(mod)
-    return mod
+    from mmstack_lab.docs import render_docs
+
+    return render_docs
 
 
 def test_committed_docs_are_the_render_of_the_results(render_docs):
     stale = render_docs.stale()
-    assert stale == [], f"{[str(p.relative_to(ROOT)) for p in stale]}: run `python benchmarks/render_docs.py`"
+    assert stale == [], f"{[str(p.relative_to(ROOT)) for p in stale]}: run `python -m mmstack_lab.docs.render_docs`"
 
 
 def test_every_table_and_value_is_shown_somewhere(render_docs):
@@ -68,7 +64,7 @@ def test_a_new_result_is_a_table_in_a_few_lines(render_docs):
     text = table.render()
     assert text.splitlines()[0] == "| op | mmcv µs | torchvision µs |"
     assert "| nms | 3,197.6 | 7,441.2 |" in text and "| points_in_boxes_part | 39.1 | - |" in text
-    assert "`benchmarks/results/h200/run2-fixed/ops_sm90.json`" in text
+    assert "`lab/results/h200/run2-fixed/ops_sm90.json`" in text
 
 
 def test_pictures_are_drawn_byte_stably_without_a_date_or_version(render_docs):
@@ -123,12 +119,12 @@ GPU = re.compile(r"\b(?:[ABHL]\d{2,3}S?|GB?\d{3}|RTX \d{4}|Jetson \w+)\b")
 RESULT_VERB = re.compile(r"\b(?:pass(?:es|ed)?|fail(?:s|ed)?|measured|took|faster|slower|bit for bit)\b", re.I)
 MEASURED = re.compile(r"\d(?:[\d,]*\.?\d*)\s*(?:s|ms|µs|min|minutes|seconds|%|x|×)(?![\w.])"
                       r"|\b\d+\s+(?:passed|failed|skipped|tests|steps)\b", re.I)
-RESULTS_LINK = re.compile(r"\((?:docs/benchmarks\.md|docs/verify\.md|benchmarks/results/[^)]+)\)|`benchmarks/results/[^`]+`")
+RESULTS_LINK = re.compile(r"\((?:docs/benchmarks\.md|docs/verify\.md|lab/results/[^)]+)\)|`lab/results/[^`]+`")
 
 
 def readme_result_problems(text: str) -> list[str]:
     """Each README paragraph that states a GPU result: it names where the result is rendered or kept
-    (docs/benchmarks.md, docs/verify.md, benchmarks/results/...), that place exists, and no measured
+    (docs/benchmarks.md, docs/verify.md, lab/results/...), that place exists, and no measured
     number (seconds, %, ratios, test counts) stands in the prose outside the links."""
     problems = []
     for para in re.split(r"\n\s*\n", text):
@@ -139,7 +135,7 @@ def readme_result_problems(text: str) -> list[str]:
         first = " ".join(para.split())[:80]
         if not RESULTS_LINK.search(para):
             problems.append(f"{first!r}: states a GPU result without linking the committed result")
-        for ref in re.findall(r"benchmarks/results/[\w./-]+", para):
+        for ref in re.findall(r"lab/results/[\w./-]+", para):
             if not (ROOT / ref.rstrip("./")).exists():
                 problems.append(f"{first!r}: {ref} does not exist")
         for m in MEASURED.finditer(prose):
@@ -157,7 +153,7 @@ def test_readme_states_gpu_results_only_through_links():
 @pytest.mark.parametrize("para, words", [
     ("On the H200 the recipe's build passed L1-L5 in 26.4 s.", "without linking"),
     ("On the H200 the build passed, 200 passed and 113 skipped ([docs](docs/benchmarks.md)).", "typed number '200 passed'"),
-    ("The H200 build passed (`benchmarks/results/h200/no-such-run/`).", "does not exist"),
+    ("The H200 build passed (`lab/results/h200/no-such-run/`).", "does not exist"),
 ])
 def test_a_typed_or_unbacked_gpu_result_in_the_readme_is_caught(para, words):
     problems = readme_result_problems("# x\n\n" + para + "\n")
