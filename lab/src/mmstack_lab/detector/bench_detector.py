@@ -54,6 +54,24 @@ from mmstack.verify import train_detector as td
 from mmstack_lab.common.hostinfo import host
 from mmstack_lab.paths import child_env
 
+
+def require_stack() -> dict[str, str]:
+    """The versions of torch, mmcv (its compiled ops loaded), mmengine and mmdet; or
+    td.DetectorStepUnavailable naming the one that does not import. The lab's own check: the one
+    inside mmstack.verify.train_detector is private there (the lab uses mmstack's public names)."""
+    import importlib
+
+    versions = {}
+    for name in ("torch", "mmcv", "mmcv.ops", "mmengine", "mmdet"):
+        try:
+            module = importlib.import_module(name)
+        except (ImportError, AssertionError) as exc:  # mmdet 3.3.0 as published asserts mmcv < 2.2.0
+            raise td.DetectorStepUnavailable(f"{name} does not import: {exc}") from exc
+        if "." not in name:
+            versions[name] = module.__version__
+    return versions
+
+
 SIDES = ("mmdet", "torchvision-matched")  # what --paired and --processes compare
 # torchvision's FastRCNNPredictor regresses a box for the background class too (1,024 inputs + bias)
 TV_BACKGROUND_BOX_VALUES = 4 * (1024 + 1)
@@ -112,7 +130,7 @@ def mmdet_step(args, samples):
 
 def bench_mmdet(args, samples) -> dict:
     try:
-        td._require_stack()
+        require_stack()
     except td.DetectorStepUnavailable as exc:
         return {"skipped": str(exc)}
     import torch
@@ -128,7 +146,7 @@ def bench_mmdet(args, samples) -> dict:
         config=str(td.resolve_config(args.model)),
         deformable_ops=td.deformable_ops(model),
         amp=amp,
-        versions=td._require_stack(),
+        versions=require_stack(),
         max_memory_mib=(
             torch.cuda.max_memory_allocated(args.device) / 2**20
             if args.device.startswith("cuda")
@@ -249,7 +267,7 @@ def bench_paired(args, samples) -> dict:
     (CPU clocks, other tenants: at batch 2 both models are launch-bound) hits both sides alike.
     The ratio is the median of the per-pair ratios, each pair two adjacent timings."""
     try:
-        td._require_stack()
+        require_stack()
         import torchvision  # noqa: F401
     except Exception as exc:  # noqa: BLE001 - a side that cannot run is reported, not timed
         return {"skipped": f"{type(exc).__name__}: {exc}"}

@@ -209,7 +209,7 @@ def run_sides(args, per_side: Callable, *, tool: str, what: str) -> dict:
                                  num_classes=args.num_classes, seed=args.seed)
     sides: dict[str, dict] = {}
     try:
-        versions = td._require_stack()
+        versions = bd.require_stack()
         sides["mmdet"] = {**per_side("mmdet", mmdet_iteration, args, samples), "versions": versions}
     except td.DetectorStepUnavailable as exc:
         sides["mmdet"] = {"skipped": str(exc)}
