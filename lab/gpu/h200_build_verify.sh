@@ -17,7 +17,7 @@ save() { tar czf "$FINAL/results_${TAG}.tgz" -C "$OUT" . ; }
 ARCH="${ARCH:-9.0}"
 TAG="${TAG:-sm90}"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH="/tmp/site:$REPO/src"
+export PYTHONPATH="/tmp/site:$REPO/src:$REPO/lab/src"  # mmstack and the lab (python3 -m mmstack_lab...)
 mm() { python3 -m mmstack.cli "$@"; }
 
 { nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader; nvcc --version | tail -2
@@ -73,13 +73,13 @@ mm doctor --json > "$OUT/doctor_$TAG.json" 2>&1
 save
 # --- timings (each later step only if time is left: the device allows 600 s a call) ---
 left() { [ "$SECONDS" -lt "$1" ]; }
-timeout 120 python -m mmstack_lab.ops.bench_ops --device cuda --json > "$OUT/ops_$TAG.json" 2>&1
+timeout 120 python3 -m mmstack_lab.ops.bench_ops --device cuda --json > "$OUT/ops_$TAG.json" 2>&1
 save
-left 420 && timeout 100 python -m mmstack_lab.overhead.bench_startup --device cuda --runs 3 --json > "$OUT/startup_$TAG.json" 2>&1
+left 420 && timeout 100 python3 -m mmstack_lab.overhead.bench_startup --device cuda --runs 3 --json > "$OUT/startup_$TAG.json" 2>&1
 save
 left 460 && timeout 90 python3 -c "import json; from mmstack.verify.distributed import run_distributed_step as r; print(json.dumps(r(nproc=1, steps=5), indent=2))" > "$OUT/dist1_$TAG.json" 2>&1
 save
-left 500 && timeout 90 python -m mmstack_lab.detector.bench_detector --device cuda --repeats 3 --iters 5 --json > "$OUT/detector_$TAG.json" 2>&1
+left 500 && timeout 90 python3 -m mmstack_lab.detector.bench_detector --device cuda --repeats 3 --iters 5 --json > "$OUT/detector_$TAG.json" 2>&1
 du -b "$EXT" > "$OUT/size_$TAG.txt"
 save
 echo done

@@ -1,6 +1,6 @@
 """Issue 24 item 4: what a compiler cache saves for a rebuild, and that it is sound.
 
-lab/src/mmstack_lab/build_cost/ccache_rebuild.py runs recipes/mmcv/build.sh three times through ccache (it takes
+mmstack_lab.build_cost.ccache_rebuild runs recipes/mmcv/build.sh three times through ccache (it takes
 ~25 minutes on 2 cores, so it is a benchmark, not a test); here: the committed result says what
 the docs say it does (the warm rebuild in a new directory hit every unit and made the same _ext,
 the build with a changed flag missed every unit), and the script refuses bad input with exit 2.

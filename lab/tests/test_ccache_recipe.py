@@ -2,7 +2,7 @@
 
 scripts/ccache-wrapper.sh writes a `ccache` that carries its settings (rattler-build keeps PATH
 but drops CCACHE_*); the generated build workflow restores this variant's cache and puts the
-wrapper first on PATH; lab/src/mmstack_lab/build_cost/ccache_recipe.py measured a build and a rebuild of the recipe
+wrapper first on PATH; mmstack_lab.build_cost.ccache_recipe measured a build and a rebuild of the recipe
 through rattler-build with it (lab/results/cpu-dev/ccache_recipe.json). Here: the wrapper
 execs what it is given with its settings (a real program, `env`, stands where ccache goes: CI has
 no ccache), refuses bad input with exit 2, the workflow wires it where the build needs it, and

@@ -1,4 +1,4 @@
-"""lab/src/mmstack_lab/build_cost/conda_sizes.py (issue 24, fat-build size): where an mmcv .conda's bytes are.
+"""mmstack_lab.build_cost.conda_sizes (issue 24, fat-build size): where an mmcv .conda's bytes are.
 
 nvcc compiles tests/data/fatbin/kernel.cu into a shared object for two SASS targets, with the
 recipe's `-Xfatbin -compress-all`; the object goes into a .conda laid out as conda's v2 format is
@@ -67,7 +67,7 @@ def test_anything_but_a_conda_file_is_refused_with_exit_2(tmp_path):
 
 
 def test_bench_arch_sets_refuses_an_unknown_config_with_exit_2(tmp_path):
-    """lab/src/mmstack_lab/build_cost/bench_arch_sets.py (the per-unit numbers beside these sizes): a config it does not
+    """mmstack_lab.build_cost.bench_arch_sets (the per-unit numbers beside these sizes): a config it does not
     have is one line and exit 2, before anything is unpacked or compiled."""
     done = subprocess.run([sys.executable, "-m", "mmstack_lab.build_cost.bench_arch_sets", "--sdist", str(tmp_path / "none.tar.gz"),
                            "--torch-include", str(tmp_path), "--config", "fat+zstd"], capture_output=True, text=True)

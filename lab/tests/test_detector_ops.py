@@ -1,4 +1,4 @@
-"""Issue 24 item 2: lab/src/mmstack_lab/detector/detector_ops.py, the ops each stage of a detector iteration
+"""Issue 24 item 2: mmstack_lab.detector.detector_ops, the ops each stage of a detector iteration
 dispatches and those the host would wait on under CUDA.
 
 The classification runs the real ops under the real TorchDispatchMode on the CPU (the kinds are

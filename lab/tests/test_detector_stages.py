@@ -1,4 +1,4 @@
-"""Issue 24 item 2: lab/src/mmstack_lab/detector/detector_stages.py splits one training iteration at the models' seams.
+"""Issue 24 item 2: mmstack_lab.detector.detector_stages splits one training iteration at the models' seams.
 
 Run here on the CPU with the e2e build's real mmcv and patched mmdet (torchvision is not in that
 prefix, so its side records why it was skipped); the H200 numbers are in

@@ -1,6 +1,6 @@
 """Issue 24: recipe patch 0008 (mmcv's CUDA nms keep-gathering kernel) and its H200 measurements.
 
-The CUDA kernels run only on a GPU (lab/src/mmstack_lab/ops/nms_anatomy.py on the lent H200); here: the
+The CUDA kernels run only on a GPU (mmstack_lab.ops.nms_anatomy on the lent H200); here: the
 patch applies to the pristine sdist after the recipe's other patches, it touches every launcher
 of the kernel it changes, the recipe carries exactly the file that was measured, the committed
 measurements say what the docs say, and the benchmark refuses bad input with exit 2.

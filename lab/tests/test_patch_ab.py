@@ -1,4 +1,4 @@
-"""Issue 24: Python-level patches of the recipes (mmcv 0010, mmdet 0003) and lab/src/mmstack_lab/ops/patch_ab.py,
+"""Issue 24: Python-level patches of the recipes (mmcv 0010, mmdet 0003) and mmstack_lab.ops.patch_ab,
 which measures one against the installed package, released and patched side by side.
 
 mmcv's 0010 changes only the CUDA fp16 path of roi_align's backward, which runs on a GPU alone

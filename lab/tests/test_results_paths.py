@@ -1,5 +1,5 @@
 """Results record no machine paths (issue 22, item 9): no home directory, no test cache under one,
-no scratch folder of the device, anywhere under lab/results/. lab/src/mmstack_lab/common/scrub_paths.py
+no scratch folder of the device, anywhere under lab/results/. mmstack_lab.common.scrub_paths
 names them as variables before a result is committed."""
 
 from __future__ import annotations

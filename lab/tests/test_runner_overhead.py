@@ -1,4 +1,4 @@
-"""lab/src/mmstack_lab/detector/runner_overhead.py (issue 24 item 2: what mmengine's Runner, hooks and logging and the
+"""mmstack_lab.detector.runner_overhead (issue 24 item 2: what mmengine's Runner, hooks and logging and the
 data loader add per iteration, the categories bench_detector.py's plain loop leaves out).
 
 With the e2e prefix's real mmengine (the one its mmcv and mmdet run on): the three loops run the

@@ -60,7 +60,7 @@ def main() -> int:
     args = ap.parse_args()
     nvcc_version = _version(args.nvcc)
     print("# What was read: for which -arch NVIDIA's ptxas compiles PTX written for one target (plain, 'a' or 'f'),")
-    print("#   as the driver's JIT does for the GPU it runs on. Written by lab/src/mmstack_lab/arch/ptxas_targets.py (its docstring")
+    print("#   as the driver's JIT does for the GPU it runs on. Written by mmstack_lab.arch.ptxas_targets (its docstring")
     print(f"#   says how), PTX from tests/data/fatbin/kernel.cu by nvcc {nvcc_version} `nvcc -arch=compute_75 -ptx`,")
     print("#   `.target` set to each target. ptxas 13.0 is this machine's; 13.5 is NVIDIA's PyPI wheel")
     print("#   nvidia-cuda-nvcc 13.5.37 (downloaded with pip, run here 2026-12-03; not committed).")

@@ -77,7 +77,7 @@ def patch_order(srcs: list[str], patch: Path) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("units", type=Path, help="units_*.json from lab/src/mmstack_lab/build_cost/ninja_units.py --top 1000")
+    ap.add_argument("units", type=Path, help="units_*.json from mmstack_lab.build_cost.ninja_units --top 1000")
     ap.add_argument("--sdist", type=Path, required=True)
     ap.add_argument("--cores", type=int, required=True)
     ap.add_argument("--patch", type=Path, default=PATCH, help="the 0007 patch whose order to replay")

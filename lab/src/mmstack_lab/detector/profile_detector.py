@@ -8,7 +8,7 @@ reports: wall time; the summed time of the CUDA kernels ("gpu_busy"); the part o
 detection-op kernels (RoIAlign, NMS, deformable conv: mmcv's own kernels on the mmdet side,
 torchvision's on the other); kernel launches; and the top kernels and CPU ops by self time.
 wall - gpu_busy is time the GPU waited for the host (Python, dispatch, synchronisation).
-The same steps as lab/src/mmstack_lab/detector/bench_detector.py (same batch, model set-up, AMP).
+The same steps as mmstack_lab.detector.bench_detector (same batch, model set-up, AMP).
 """
 
 from __future__ import annotations

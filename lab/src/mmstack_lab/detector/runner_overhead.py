@@ -173,7 +173,7 @@ def measure(device: str, iters: int, rounds: int, skip: int) -> dict:
                     "per_round_median_ms": per_round[name], "iterations": len(t)} for name, t in times.items()}
     return {
         "what": "per-iteration time of one tiny model's train_step: bare loop, DataLoader loop, mmengine Runner "
-                "with mmdet's train-time hooks (lab/src/mmstack_lab/detector/runner_overhead.py)",
+                "with mmdet's train-time hooks (mmstack_lab.detector.runner_overhead)",
         "device": device,
         "device_name": torch.cuda.get_device_name(device) if device.startswith("cuda") else "cpu",
         "cpu": cpu_name(),

@@ -6,7 +6,7 @@ matplotlib give the same bytes. `pixels` is what render_docs.py --check compares
 other than the one that wrote the committed file may pack the same pixels differently).
 
 Compile-unit timeline: ninja logs each unit's duration (.ninja_log -> units_*.json by
-lab/src/mmstack_lab/build_cost/ninja_units.py) and rattler-build's log (rattler-build-*.log) has the second at which
+mmstack_lab.build_cost.ninja_units) and rattler-build's log (rattler-build-*.log) has the second at which
 each `[N/M]` unit finished; start = end - duration. Bars are laid on job slots greedily by start
 time (a slot is free again at its last unit's end, within the log's 1 s resolution). units_*.json
 names units by object file only: where several sources make objects of one name (nms.o), the

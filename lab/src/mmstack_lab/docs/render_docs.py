@@ -9,7 +9,7 @@ A doc marks what is generated; everything between the markers is replaced, nothi
     <!-- /results:NAME -->
     <!-- value:NAME -->12.3<!-- /value -->   one number in prose (VALUES[NAME])
 
-Pictures: docs/img/NAME.png is PLOTS[NAME] drawn from its results (lab/src/mmstack_lab/docs/plots.py, matplotlib);
+Pictures: docs/img/NAME.png is PLOTS[NAME] drawn from its results (mmstack_lab.docs.plots, matplotlib);
 a doc links it as img/NAME.png. --check compares the pixels a committed picture shows with what
 its results draw; writing rewrites a picture only when its pixels differ.
 
@@ -106,7 +106,7 @@ class Table:
             header = [c[0] for c in self.columns]
             body = [[fmt(get(item, path), spec) for _, path, spec in self.columns] for item in items]
         where = ", ".join(f"`lab/results/{s}`" for s in self.sources)
-        return markdown(header, body) + f"\n\nSource: {where} (rendered by `lab/src/mmstack_lab/docs/render_docs.py`)."
+        return markdown(header, body) + f"\n\nSource: {where} (rendered by `mmstack_lab.docs.render_docs`)."
 
 
 @dataclass(frozen=True)
@@ -965,7 +965,7 @@ VALUES: dict[str, Value] = {
 }
 
 
-# -- pictures (lab/src/mmstack_lab/docs/plots.py) ---------------------------------------------------------------
+# -- pictures (mmstack_lab.docs.plots) ---------------------------------------------------------------
 
 def _plots():
     from mmstack_lab.docs import plots  # matplotlib: the test extra
@@ -1035,13 +1035,13 @@ def render_text(text: str, where: str = "doc") -> str:
     def table(m: re.Match) -> str:
         name = m["name"]
         if name not in TABLES:
-            raise UnknownMarker(f"{where}: <!-- results:{name} --> names no table in lab/src/mmstack_lab/docs/render_docs.py")
+            raise UnknownMarker(f"{where}: <!-- results:{name} --> names no table in mmstack_lab.docs.render_docs")
         return m.group(1) + TABLES[name].render() + "\n" + m.group(4)
 
     def value(m: re.Match) -> str:
         name = m["name"]
         if name not in VALUES:
-            raise UnknownMarker(f"{where}: <!-- value:{name} --> names no value in lab/src/mmstack_lab/docs/render_docs.py")
+            raise UnknownMarker(f"{where}: <!-- value:{name} --> names no value in mmstack_lab.docs.render_docs")
         return m.group(1) + VALUES[name].render() + m.group(4)
 
     return _VALUE.sub(value, _TABLE.sub(table, text))

@@ -101,7 +101,7 @@ def main() -> None:
         "loadavg_before": [round(x, 2) for x in load_before], "loadavg_after": [round(x, 2) for x in load_after],
         "python": args.python, "python_version": versions[0], "torch": versions[1], "mmcv": versions[2],
         "runs": args.runs, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "command": " ".join(["python", "lab/src/mmstack_lab/overhead/bench_ladder.py", *sys.argv[1:]]),
+        "command": " ".join(["python", "mmstack_lab.overhead.bench_ladder", *sys.argv[1:]]),
         "seconds": times, "median": med, "ratio": ratio, "median_level_seconds": per_level,
         "interpreters": interpreters, "cli_left_out": no_cli,
     }
