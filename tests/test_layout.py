@@ -293,3 +293,32 @@ def test_the_sys_path_rule_bites(tmp_path):
     sh = tmp_path / "x.sh"
     sh.write_text(f'python -c "import sys; {edit}[:0] = sys.argv.pop(1).split(\':\')"\nPYTHONPATH=lab/src python -m x\n')
     assert [b.split(":")[0] for b in sys_path_edits(sh)] == ["1"]
+
+
+# -- the shell steps reach no private name either (gpu-proof.sh once read support.bootstrap_cuda._cf_arch_list) --
+
+_SHELL_PRIVATE = re.compile(r"\bfrom\s+(?:mmstack|support)[\w.]*\s+import\s+([\w ,]+)|\b(?:mmstack|support)(?:\.\w+)*\._(?!_)\w+")
+
+
+def shell_private_names(path: Path) -> list[str]:
+    bad = []
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        for m in _SHELL_PRIVATE.finditer(line):
+            names = [x.strip() for x in (m.group(1) or "").split(",")]
+            if m.group(1) is None or any(_private(x) for x in names):
+                bad.append(f"{n}: {m.group(0)}")
+    return bad
+
+
+def test_shell_steps_reach_no_private_name():
+    scripts = [ROOT / f for f in _code_files() if f.endswith(".sh") or f == ".ci/run"]
+    assert ROOT / "scripts" / "gpu-proof.sh" in scripts
+    assert {str(p.relative_to(ROOT)): b for p in scripts if (b := shell_private_names(p))} == {}
+
+
+def test_the_shell_private_name_rule_bites(tmp_path):
+    sh = tmp_path / "x.sh"
+    sh.write_text("python -c 'from support.bootstrap_cuda import _cf_arch_list; print(_cf_arch_list())'\n"
+                  "python -c 'from support.bootstrap_cuda import cf_arch_list'\npython -c 'import mmstack.envs.lock as l'\n"
+                  "python -c 'import mmstack; mmstack.envs.lock._locked'\n")
+    assert [b.split(":")[0] for b in shell_private_names(sh)] == ["1", "4"]
