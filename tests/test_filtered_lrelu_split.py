@@ -5,7 +5,7 @@ a fat build alone).
 It changes host code too (each unit has its own filter buffers; the kernel spec carries the copy
 into them), so it entered the recipe after upstream's test_filtered_lrelu and L4 ran it on the
 H200 (`PROPOSED=1 scripts/gpu-proof.sh`, lab/results/h200/recipe-run6/; its longest unit
-there is in tests/test_gpu_proof.py). Here: it applies in the recipe's order without fuzz, the
+there is in lab/tests/test_gpu_proof.py). Here: it applies in the recipe's order without fuzz, the
 new units are where setup.py's glob finds them, patch 0007's longest-first list no longer names
 the split unit, and the committed compile measurement
 (lab/results/cpu-dev/filtered_lrelu_split.json) is of this very file and shows every
