@@ -1,7 +1,10 @@
 """A build and a rebuild of the mmcv recipe through rattler-build with the CI's ccache (issue 24).
 
-    python -m mmstack_lab.build_cost.ccache_recipe --channel BOOTSTRAP_CHANNEL [--ccache /usr/bin/ccache] \
-        --json > lab/results/cpu-dev/ccache_recipe.json
+    PYTHONPATH=tests python -m mmstack_lab.build_cost.ccache_recipe --channel BOOTSTRAP_CHANNEL \
+        [--ccache /usr/bin/ccache] --json > lab/results/cpu-dev/ccache_recipe.json
+
+(tests/ on PYTHONPATH: the offline recipe copy comes from tests/support/offline.py, the stand-in
+channel's helpers, which stay with the tests for now.)
 
 ccache_rebuild.py measured recipes/mmcv/build.sh with ccache settings in its environment. A real
 build runs inside rattler-build, which clears the environment (CCACHE_* gone, HOME set to the
