@@ -16,7 +16,7 @@
 #                      environment, so their mtime says nothing; hash what they are instead
 #   CCACHE_IGNOREOPTIONS  conda's -fdebug-prefix-map=<build dir>=... names the build directory;
 #                      with the recipe's -g0 it changes no object, so it is left out of the hash
-# benchmarks/ccache_recipe.py measures a build and a rebuild through it; the generated CI
+# mmstack_lab.build_cost.ccache_recipe measures a build and a rebuild through it; the generated CI
 # workflow uses it (src/mmstack/ci/templates/build.yml).
 set -euo pipefail
 if [[ $# -lt 3 ]]; then

@@ -28,10 +28,9 @@ for w in "$C"/big/*.whl; do unzip -q -o "$w" -d "$tmp/site"; done
 tar cf - -C "$tmp" site | xz -T0 -9 > "$C/site.tar.xz"
 rm -rf "$tmp" "$C/big"
 # sources, checked against the sha256 the recipes name (tests/support/offline.py)
-"$PY" - "$C/sdist" <<'PY'
+PYTHONPATH="$ROOT/tests" "$PY" - "$C/sdist" <<'PY'
 import shutil, sys
 from pathlib import Path
-sys.path.insert(0, "tests")
 from support import offline
 dest = Path(sys.argv[1])
 for p in (offline.cached_sdist("mmcv"), offline.cached_sdist("mmdet"), offline.cached_sdist("mmengine"),

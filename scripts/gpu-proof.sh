@@ -44,15 +44,15 @@
 #   bench     (runs last) ops against torchvision (bench_ops --full), detector it/s against torchvision at
 #             batch 2, 8 and 16 with each iteration split into stages (detector_stages.py), a
 #             profile of both
-#   ladderbench  benchmarks/bench_ladder.py in the sm_90 prefix (the ladder against a bare import)
-#   nmsanatomy   benchmarks/nms_anatomy.py: released vs patched (recipes/mmcv/patches/0008) nms kernels
-#   runneroh  benchmarks/runner_overhead.py --device cuda: mmengine's Runner, hooks, logging and
+#   ladderbench  mmstack_lab.overhead.bench_ladder in the sm_90 prefix (the ladder against a bare import)
+#   nmsanatomy   mmstack_lab.ops.nms_anatomy: released vs patched (recipes/mmcv/patches/0008) nms kernels
+#   runneroh  mmstack_lab.detector.runner_overhead --device cuda: mmengine's Runner, hooks, logging and
 #             the DataLoader per iteration, in the sm_90 prefix (~1 min)
-#   detops    benchmarks/detector_ops.py --device cuda at batch 2 and 8: ops per stage, the host
+#   detops    mmstack_lab.detector.detector_ops --device cuda at batch 2 and 8: ops per stage, the host
 #             waits among them and torch's own count of synchronising calls (~1 min)
 #   detprocs  bench_detector.py --processes at DETPROCS_BATCHES (default "8 16 2"), DETPROCS_PAIRS
 #             ABBA pairs of fresh processes each (default 10): over 600 s, so `--start`/`--collect`
-#   patchab   benchmarks/patch_ab.py for each recipes/{mmcv,mmdet}/proposed/*.patch whose header
+#   patchab   mmstack_lab.ops.patch_ab for each recipes/{mmcv,mmdet}/proposed/*.patch whose header
 #             has a `patch_ab:` line (the Python-level candidates), against the installed sm_90
 #             prefix: op times, gradients, upstream tests, detector it/s, released vs patched
 # Results go to $RES (default /tmp/res); in the foreground (OUT set) and with `--start`/`--collect`
@@ -63,7 +63,7 @@
 # build with `--compress-mode=size` or `--threads 0`; nvcc_extra.txt names them).
 # NOTEST_FALLBACK=1: if the sm_90 sandbox tests fail, rebuild without them (tag sm90nt) so the
 # installed-prefix ladder still runs (on an untested package; its files say sm90nt).
-# Summary: python benchmarks/gpu_proof_summary.py RESULTS_DIR > RESULTS_DIR/summary.json
+# Summary: python -m mmstack_lab.proof.gpu_proof_summary RESULTS_DIR > RESULTS_DIR/summary.json
 #
 # Layout expected on the device (the checkout that travels is main's; this tree is carried):
 #   $CARRY/wheels/*.whl (the pure/cp312 wheels the image lacks), $CARRY/site.tar.xz (optional:
@@ -137,9 +137,13 @@ if [[ -z "${SKIP_PIP:-}" ]]; then
     "$CARRY"/wheels/typing_inspection*.whl "$CARRY"/wheels/pyelftools*.whl "$CARRY"/wheels/zstandard*.whl || { status "FAIL pip install"; exit 1; }
 fi
 SP="$SITE:$ROOT/src:$ROOT/tests"
-# mmstack's CLI with the carried packages on sys.path only (no PYTHONPATH for its children: the
-# recipe's tests must use the mmstack package built into the channel, not this tree).
-MM=("$PY" -c 'import sys; sys.path[:0] = sys.argv.pop(1).split(":"); sys.argv[0] = "mmstack"; from mmstack.cli import main; sys.exit(main())' "$SP")
+# the lab (lab/src: `python -m mmstack_lab.<question>.<tool>`): on PYTHONPATH where a lab tool runs;
+# timed.py and ninja_units.py import only the standard library and run by path
+LAB="$ROOT/lab/src"
+# mmstack's CLI with the carried packages: PYTHONPATH for this interpreter only, which drops it from
+# the environment before anything starts (its children, the recipe's tests among them, must use the
+# mmstack package built into the channel, not this tree).
+MM=(env "PYTHONPATH=$SP" "$PY" -c 'import os, sys; del os.environ["PYTHONPATH"]; sys.argv[0] = "mmstack"; from mmstack.cli import main; sys.exit(main())')
 PYV=$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 TV=$("$PY" -c 'import torch; print(".".join(torch.__version__.split(".")[:2]))' 2>/dev/null)
 CV=$("$PY" -c 'import torch; print(".".join(torch.version.cuda.split(".")[:2]))' 2>/dev/null)
@@ -174,20 +178,20 @@ status "start: python $PYV torch $TV cuda $CV gcc $GCCMAJOR"
 BOOT="$W/standin"; CH="$W/channel"
 if want channel; then
   status "channel"
-  PYTHONPATH="$SITE" "$PY" "$ROOT/benchmarks/timed.py" --json "$RES/standin_time.json" -- \
-    "$PY" "$ROOT/tests/support/bootstrap_cuda.py" "$BOOT" --wheels "$CARRY/wheels" --json "$RES/standin.json" \
+  PYTHONPATH="$SITE:$ROOT/tests" "$PY" "$LAB/mmstack_lab/common/timed.py" --json "$RES/standin_time.json" -- \
+    "$PY" -m support.bootstrap_cuda "$BOOT" --wheels "$CARRY/wheels" --json "$RES/standin.json" \
     > "$RES/standin.log" 2>&1 || { status "FAIL channel"; tail -30 "$RES/standin.log"; exit 1; }
 fi
 
 # offline copies of the recipes that download a source (same sha256, a file:// URL)
 mkdir -p "$W/cache/sdist" && cp "$CARRY"/sdist/*.tar.gz "$W/cache/sdist/"
 rm -rf "$W/recipes"
-MMSTACK_TEST_CACHE="$W/cache" "$PY" -c 'import sys; sys.path[:0] = sys.argv.pop(1).split(":")
+MMSTACK_TEST_CACHE="$W/cache" PYTHONPATH="$SP" "$PY" -c 'import sys
 from pathlib import Path
 from support import offline
 root, w = Path(sys.argv[1]), Path(sys.argv[2])
 for n in ("mmengine", "mmcv", "mmdet"):
-    offline.offline_recipe_for(n, root / "recipes" / n, w / "recipes" / n)' "$SP" "$ROOT" "$W" \
+    offline.offline_recipe_for(n, root / "recipes" / n, w / "recipes" / n)' "$ROOT" "$W" \
   || { status "FAIL offline recipes"; exit 1; }
 if [[ -n "${NVCC_EXTRA:-}" ]]; then
   # NVCC_EXTRA="--compress-mode=size" (or "--threads 0"): an experiment's nvcc flags, appended in the
@@ -218,7 +222,7 @@ fi
 
 build() {  # build TAG [mmstack build args...]: one timed `mmstack build` with its full log
   local tag=$1; shift
-  "$PY" "$ROOT/benchmarks/timed.py" --json "$RES/build_time_$tag.json" -- "${MM[@]}" build --root "$ROOT" \
+  "$PY" "$LAB/mmstack_lab/common/timed.py" --json "$RES/build_time_$tag.json" -- "${MM[@]}" build --root "$ROOT" \
     --source-channel "$BOOT" --channel "$CH" --log "$RES/rattler-build-$tag.log" --json "$@" \
     > "$RES/build_$tag.json" 2> "$RES/build_$tag.err"
 }
@@ -233,36 +237,34 @@ fi
 if want seed; then
   status "seed: $(ls "$CARRY"/packages/*.conda 2>/dev/null | wc -l) carried packages into the channel"
   rm -rf "$W/seedpkgs"; mkdir -p "$W/seedpkgs"; cp "$CARRY"/packages/*.conda "$W/seedpkgs/"
-  "$PY" - "$SP" "$CH" "$W"/seedpkgs/*.conda > "$RES/seed.txt" 2>&1 <<'EOF' || { status "FAIL seed"; exit 1; }
+  PYTHONPATH="$SP" "$PY" - "$CH" "$W"/seedpkgs/*.conda > "$RES/seed.txt" 2>&1 <<'EOF' || { status "FAIL seed"; exit 1; }
 import sys
-sys.path[:0] = sys.argv[1].split(":")
 from mmstack.builder import channel
-channel.ensure_channel(sys.argv[2], create=True)
-for p in channel.add_packages(sys.argv[2], sys.argv[3:]):
+channel.ensure_channel(sys.argv[1], create=True)
+for p in channel.add_packages(sys.argv[1], sys.argv[2:]):
     print(p.name)
 EOF
 fi
 
 units() {  # units TAG WORKDIR: per-unit compile times from the kept build tree's ninja log
   local log; log=$(find "$2" -name .ninja_log 2>/dev/null | head -1)
-  [[ -n "$log" ]] && "$PY" "$ROOT/benchmarks/ninja_units.py" "$log" --json --top 1000 > "$RES/units_$1.json"
+  [[ -n "$log" ]] && "$PY" "$LAB/mmstack_lab/build_cost/ninja_units.py" "$log" --json --top 1000 > "$RES/units_$1.json"
 }
 
 verify_prefix() {  # verify_prefix TAG PREFIX SPEC...: install into a fresh prefix and run the ladder there
   local tag=$1 prefix=$2; shift 2
   rm -rf "$prefix"
-  "$PY" - "$SP" "$CH" "$BOOT" "$prefix" "$@" > "$RES/install_$tag.json" 2> "$RES/install_$tag.err" <<'EOF'
+  PYTHONPATH="$SP" "$PY" - "$CH" "$BOOT" "$prefix" "$@" > "$RES/install_$tag.json" 2> "$RES/install_$tag.err" <<'EOF'
 import json, sys, time
-sys.path[:0] = sys.argv[1].split(":")
 from mmstack.builder import channel
-ch, boot, prefix, specs = sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
+ch, boot, prefix, specs = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
 t = time.monotonic()
 recs = channel.install(specs, [ch, boot], prefix)
 print(json.dumps({"specs": specs, "prefix": prefix, "seconds": round(time.monotonic() - t, 1), "installed": recs}, indent=1))
 EOF
   [[ -x "$prefix/bin/mmstack" ]] || { status "FAIL install $tag"; tail -5 "$RES/install_$tag.err"; return 1; }
   local envp=(env -u PYTHONPATH -u VIRTUAL_ENV -u PYTHONHOME "PATH=$prefix/bin:/usr/local/bin:/usr/bin:/bin")
-  "${envp[@]}" "$prefix/bin/python" "$ROOT/benchmarks/timed.py" --json "$RES/verify_time_$tag.json" -- \
+  "${envp[@]}" "$prefix/bin/python" "$LAB/mmstack_lab/common/timed.py" --json "$RES/verify_time_$tag.json" -- \
     "$prefix/bin/mmstack" verify --expect-gpu --levels L1,L2,L3,L4,L5 --model faster-rcnn,faster-rcnn-mdconv --json \
     > "$RES/verify_installed_$tag.json" 2> "$RES/verify_installed_$tag.err"
   local rc=$?
@@ -317,7 +319,7 @@ if want fat; then
   # the host pytorch (CF_TORCH_CUDA_ARCH_LIST): here the stand-in's, torch.cuda.get_arch_list() of
   # this machine's torch (tests/support/bootstrap_cuda.py), so the variant names that list. Too
   # long for one call: run detached (`--start`, then `--collect` calls back to back).
-  FAT="${FAT_ARCH_LIST:-$(cd "$ROOT/tests" && "$PY" -c 'from support.bootstrap_cuda import _cf_arch_list; print(_cf_arch_list())')}"
+  FAT="${FAT_ARCH_LIST:-$(PYTHONPATH="$ROOT/tests" "$PY" -c 'from support.bootstrap_cuda import cf_arch_list; print(cf_arch_list())')}"
   status "fat: mmcv cuda$CV $FAT (tests in the sandbox on the GPU)"
   rm -rf "$W/workfat"
   build fat --env h100 --recipe "$W/recipes/mmcv" --keep-build --work-dir "$W/workfat" "${VARIANT[@]}" \
@@ -325,7 +327,7 @@ if want fat; then
   rc=$?; units fat "$W/workfat"; status "fat build rc=$rc"
   rm -rf "$W/workfat"
   # where the bytes are: the fat .conda against the sm_90 one where the channel has it (seed)
-  PYTHONPATH="$SP" "$PY" "$ROOT/benchmarks/conda_sizes.py" $(find "$CH" -name 'mmcv-*_all_*.conda' -o -name 'mmcv-*_sm90_*.conda') \
+  PYTHONPATH="$SP:$LAB" "$PY" -m mmstack_lab.build_cost.conda_sizes $(find "$CH" -name 'mmcv-*_all_*.conda' -o -name 'mmcv-*_sm90_*.conda') \
     > "$RES/conda_sizes.json" 2> "$RES/conda_sizes.err"
 fi
 ptx_stage() {
@@ -343,7 +345,7 @@ PTX_PID=""
 if want ptx; then ptx_stage & PTX_PID=$!; fi
 if want install90; then
   status "install90"
-  # pytest too: benchmarks/patch_ab.py runs upstream's tests in this prefix
+  # pytest too: mmstack_lab.ops.patch_ab runs upstream's tests in this prefix
   verify_prefix sm90 "$W/p90" "mmcv ==2.2.0 cuda*_sm90_*" mmdet mmstack pytest "python $PYV.*"
 fi
 if want ckpt && [[ -x "$W/p90/bin/mmstack" ]]; then
@@ -365,14 +367,15 @@ fi
 if want ladderbench && [[ -x "$W/p90/bin/python" ]]; then
   # issue 20 item 3: the ladder's cost against a bare import, in the installed prefix
   status "ladderbench"
-  env -u PYTHONPATH -u VIRTUAL_ENV "PATH=$W/p90/bin:/usr/local/bin:/usr/bin:/bin" timeout 240 "$W/p90/bin/python" \
-    "$ROOT/benchmarks/bench_ladder.py" --runs 3 --machine H200 --out "$RES/bench_ladder_sm90.json" > "$RES/bench_ladder_sm90.out" 2>&1
+  # (this tree's mmstack first, as the tool always ran it: src/ on PYTHONPATH)
+  env -u VIRTUAL_ENV "PYTHONPATH=$ROOT/src:$LAB" "PATH=$W/p90/bin:/usr/local/bin:/usr/bin:/bin" timeout 240 "$W/p90/bin/python" \
+    -m mmstack_lab.overhead.bench_ladder --runs 3 --machine H200 --out "$RES/bench_ladder_sm90.json" > "$RES/bench_ladder_sm90.out" 2>&1
   status "ladderbench rc=$?"
 fi
 if want nmsanatomy; then
-  # issue 24: released vs patched nms kernels, step by step (benchmarks/nms_anatomy.py)
+  # issue 24: released vs patched nms kernels, step by step (mmstack_lab.ops.nms_anatomy)
   status "nmsanatomy"
-  timeout 400 "$PY" "$ROOT/benchmarks/nms_anatomy.py" --sdist "$CARRY/sdist/mmcv-2.2.0.tar.gz" --json \
+  PYTHONPATH="$LAB" timeout 400 "$PY" -m mmstack_lab.ops.nms_anatomy --sdist "$CARRY/sdist/mmcv-2.2.0.tar.gz" --json \
     > "$RES/nms_anatomy.json" 2> "$RES/nms_anatomy.err"
   status "nmsanatomy rc=$?"
 fi
@@ -381,16 +384,16 @@ tvonly() {
   local tv; tv=$("$PY" -c 'import torchvision, os; print(os.path.dirname(torchvision.__file__))')
   mkdir -p "$W/tvonly" && ln -sfn "$tv" "$W/tvonly/torchvision"
 }
-benv=(env -u VIRTUAL_ENV "PYTHONPATH=$W/tvonly" "PATH=$W/p90/bin:/usr/local/bin:/usr/bin:/bin")
+benv=(env -u VIRTUAL_ENV "PYTHONPATH=$W/tvonly:$LAB" "PATH=$W/p90/bin:/usr/local/bin:/usr/bin:/bin")
 if want patchab && [[ -x "$W/p90/bin/python" ]]; then
   # issue 24: each Python-level candidate (recipes/mmcv/proposed/) against the installed sm_90 mmcv,
-  # with the arguments its header names (benchmarks/patch_ab.py)
+  # with the arguments its header names (mmstack_lab.ops.patch_ab)
   status "patchab"
   tvonly
   for p in "$ROOT"/recipes/mmcv/proposed/*.patch "$ROOT"/recipes/mmdet/proposed/*.patch; do
     [[ -e "$p" ]] && grep -q '^patch_ab:' "$p" || continue  # Python-level candidates name their A/B; CUDA ones need PROPOSED=1
     n="$(basename "$(dirname "$(dirname "$p")")")-$(basename "$p" .patch)"  # mmcv-0010-..., mmdet-0003-...
-    "${benv[@]}" timeout 420 "$W/p90/bin/python" "$ROOT/benchmarks/patch_ab.py" --patch "$p" --device cuda \
+    "${benv[@]}" timeout 420 "$W/p90/bin/python" -m mmstack_lab.ops.patch_ab --patch "$p" --device cuda \
       --upstream "$CARRY/sdist/mmcv-2.2.0.github.tar.gz" --json > "$RES/patchab_$n.json" 2> "$RES/patchab_$n.err"
     status "patchab $n rc=$?"
   done
@@ -400,7 +403,7 @@ if want detops && [[ -x "$W/p90/bin/python" ]]; then
   status "detops"
   tvonly
   for bs in 2 8; do
-    "${benv[@]}" timeout 240 "$W/p90/bin/python" "$ROOT/benchmarks/detector_ops.py" --device cuda --batch-size "$bs" \
+    "${benv[@]}" timeout 240 "$W/p90/bin/python" -m mmstack_lab.detector.detector_ops --device cuda --batch-size "$bs" \
       --json > "$RES/detector_ops_bs${bs}_sm90.json" 2> "$RES/detector_ops_bs${bs}_sm90.err"
     status "detops bs$bs rc=$?"
   done
@@ -408,7 +411,7 @@ fi
 if want runneroh && [[ -x "$W/p90/bin/python" ]]; then
   # issue 24 item 2: what mmengine's Runner, hooks and logging and the DataLoader add per iteration
   status "runneroh"
-  "${benv[@]}" timeout 300 "$W/p90/bin/python" "$ROOT/benchmarks/runner_overhead.py" --device cuda --json \
+  "${benv[@]}" timeout 300 "$W/p90/bin/python" -m mmstack_lab.detector.runner_overhead --device cuda --json \
     > "$RES/runner_overhead_sm90.json" 2> "$RES/runner_overhead_sm90.err"
   status "runneroh rc=$?"
 fi
@@ -420,7 +423,7 @@ if want detprocs && [[ -x "$W/p90/bin/python" ]]; then
   tvonly
   pairs="${DETPROCS_PAIRS:-10}"
   for bs in ${DETPROCS_BATCHES:-8 16 2}; do  # a child: imports, model, warm-up, 2 x 10 iterations (~20-30 s)
-    "${benv[@]}" timeout $((60 * pairs + 60)) "$W/p90/bin/python" "$ROOT/benchmarks/bench_detector.py" --device cuda --batch-size "$bs" \
+    "${benv[@]}" timeout $((60 * pairs + 60)) "$W/p90/bin/python" -m mmstack_lab.detector.bench_detector --device cuda --batch-size "$bs" \
       --iters 10 --repeats 2 --processes "$pairs" --json > "$RES/detprocs_bs${bs}_sm90.json" 2> "$RES/detprocs_bs${bs}_sm90.err"
     status "detprocs bs$bs rc=$?"
   done
@@ -428,16 +431,16 @@ fi
 if want bench && [[ -x "$W/p90/bin/python" ]]; then
   status "bench"
   tvonly
-  "${benv[@]}" timeout 240 "$W/p90/bin/python" "$ROOT/benchmarks/bench_ops.py" --device cuda --full --json > "$RES/ops_full_sm90.json" 2> "$RES/ops_full_sm90.err"
+  "${benv[@]}" timeout 240 "$W/p90/bin/python" -m mmstack_lab.ops.bench_ops --device cuda --full --json > "$RES/ops_full_sm90.json" 2> "$RES/ops_full_sm90.err"
   for bs in 2 8 16; do  # issue 24: batch sizes where the GPU is busy as well as where it is not
-    "${benv[@]}" timeout 240 "$W/p90/bin/python" "$ROOT/benchmarks/bench_detector.py" --device cuda --batch-size "$bs" \
+    "${benv[@]}" timeout 240 "$W/p90/bin/python" -m mmstack_lab.detector.bench_detector --device cuda --batch-size "$bs" \
       --repeats 3 --iters 10 --json > "$RES/detector_bs${bs}_sm90.json" 2> "$RES/detector_bs${bs}_sm90.err"
-    "${benv[@]}" timeout 180 "$W/p90/bin/python" "$ROOT/benchmarks/detector_stages.py" --device cuda --batch-size "$bs" \
+    "${benv[@]}" timeout 180 "$W/p90/bin/python" -m mmstack_lab.detector.detector_stages --device cuda --batch-size "$bs" \
       --json > "$RES/stages_bs${bs}_sm90.json" 2> "$RES/stages_bs${bs}_sm90.err"
   done
-  "${benv[@]}" timeout 180 "$W/p90/bin/python" "$ROOT/benchmarks/profile_detector.py" --device cuda --iters 10 > "$RES/profile_sm90.json" 2> "$RES/profile_sm90.err"
+  "${benv[@]}" timeout 180 "$W/p90/bin/python" -m mmstack_lab.detector.profile_detector --device cuda --iters 10 > "$RES/profile_sm90.json" 2> "$RES/profile_sm90.err"
   # kernel shares where the GPU is busy too (issue 24 item 2)
-  "${benv[@]}" timeout 180 "$W/p90/bin/python" "$ROOT/benchmarks/profile_detector.py" --device cuda --iters 5 --batch-size 8 \
+  "${benv[@]}" timeout 180 "$W/p90/bin/python" -m mmstack_lab.detector.profile_detector --device cuda --iters 5 --batch-size 8 \
     > "$RES/profile_bs8_sm90.json" 2> "$RES/profile_bs8_sm90.err"
   status "bench done"
 fi

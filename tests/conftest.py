@@ -1,25 +1,8 @@
-"""Shared fixtures."""
+"""Shared fixtures (tests/support/session.py, shared with lab/tests) and the collection order."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
-import pytest
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _user_cache(tmp_path_factory):
-    """`mmstack verify` keeps its levels' times in the user's cache (verify/timings.py): the tests' runs,
-    the CLI subprocesses included, keep theirs in a temporary one."""
-    old = os.environ.get("MMSTACK_CACHE_DIR")
-    os.environ["MMSTACK_CACHE_DIR"] = str(tmp_path_factory.mktemp("user-cache"))
-    yield
-    if old is None:
-        os.environ.pop("MMSTACK_CACHE_DIR", None)
-    else:
-        os.environ["MMSTACK_CACHE_DIR"] = old
+from support.session import _user_cache, real_mmcv_python  # noqa: F401 - fixtures, registered by import
 
 
 def pytest_collection_modifyitems(session, config, items):
@@ -27,29 +10,3 @@ def pytest_collection_modifyitems(session, config, items):
     feed real_mmcv_python, a session fixture, so a test that asked for it earlier would skip and the
     skip would stick for every later test (a file named test_ba... sorted before it once)."""
     items.sort(key=lambda item: item.path.name != "test_build_e2e.py")  # stable: the rest keep their order
-
-
-@pytest.fixture(scope="session")
-def real_mmcv_python() -> str:
-    """An interpreter whose mmcv has compiled ops.
-
-    MMSTACK_TEST_MMCV_PYTHON if set; else this interpreter when `mmcv._ext` imports here; else the
-    prefix that tests/test_build_e2e.py installed from the recipe-built channel (it runs first:
-    pytest_collection_modifyitems above); else the test is skipped with the reason.
-    """
-    exe = os.environ.get("MMSTACK_TEST_MMCV_PYTHON")
-    if exe:
-        if not os.access(exe, os.X_OK):
-            pytest.fail(f"MMSTACK_TEST_MMCV_PYTHON={exe!r} is not an executable interpreter")
-        return exe
-    probe = subprocess.run([sys.executable, "-c", "import torch, mmcv._ext"], capture_output=True, text=True, timeout=300)
-    if probe.returncode == 0:
-        return sys.executable
-    from support.bootstrap import PREFIX_POINTER
-
-    built = PREFIX_POINTER.read_text().strip() if PREFIX_POINTER.is_file() else ""
-    if built and os.access(built, os.X_OK):
-        return built
-    last = (probe.stderr.strip().splitlines() or ["(no output)"])[-1]
-    pytest.skip(f"no mmcv with compiled ops here ({last}) and no prefix from the e2e build "
-                f"({PREFIX_POINTER}); run tests/test_build_e2e.py or set MMSTACK_TEST_MMCV_PYTHON")

@@ -15,18 +15,17 @@ the CPU's choice as it is.
 from __future__ import annotations
 
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 from support.gpu_entry import built_files, check_entered
 from support.offline import patched_sdist
 
+from mmstack_lab.ops import patch_ab
+
 ROOT = Path(__file__).resolve().parents[1]
 PATCH = ROOT / "recipes" / "mmcv" / "patches" / "0012-batched-nms-cuda-one-pass-to-20k.patch"
-RUN9 = ROOT / "benchmarks" / "results" / "h200" / "recipe-run9"
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import patch_ab  # noqa: E402
+RUN9 = ROOT / "lab" / "results" / "h200" / "recipe-run9"
 
 PATHS = r"""
 import json, torch

@@ -1,6 +1,6 @@
 """Build progress (builder/progress.py) from a recorded rattler-build log of a real CUDA build.
 
-benchmarks/results/h200/recipe-run2/rattler-build-sm90.log is what `mmstack build --log` wrote
+lab/results/h200/recipe-run2/rattler-build-sm90.log is what `mmstack build --log` wrote
 for mmcv sm_90 on the H200: `HH:MM:SS [level] message` per line. Replayed through the build's
 own log callback with the log's timestamps as the clock: no sleeping, no timed assertions.
 """
@@ -9,16 +9,13 @@ from __future__ import annotations
 
 import itertools
 import re
-import sys
 from pathlib import Path
 
 from mmstack.builder import progress, recipes
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from result_logs import read_log
+from mmstack_lab.common.result_logs import read_log
 
 ROOT = Path(__file__).resolve().parents[1]
-LOG = ROOT / "benchmarks" / "results" / "h200" / "recipe-run2" / "rattler-build-sm90.log"
+LOG = ROOT / "lab" / "results" / "h200" / "recipe-run2" / "rattler-build-sm90.log"
 NAME = "mmcv-2.2.0-cuda130_sm90_py312_h1ec696c_0"
 _LINE = re.compile(r"^(\d\d):(\d\d):(\d\d) \[(\w+)\] ?(.*)$")
 

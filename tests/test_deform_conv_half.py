@@ -15,18 +15,17 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 from support.gpu_entry import built_files, check_entered
 from support.offline import patched_sdist
 
+from mmstack_lab.ops import patch_ab
+
 ROOT = Path(__file__).resolve().parents[1]
 PATCH = ROOT / "recipes" / "mmcv" / "patches" / "0011-deform-conv-half-backward-in-float.patch"
-RUN7 = ROOT / "benchmarks" / "results" / "h200" / "recipe-run7"
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import patch_ab  # noqa: E402
+RUN7 = ROOT / "lab" / "results" / "h200" / "recipe-run7"
 
 GRADS = r"""
 import json, torch

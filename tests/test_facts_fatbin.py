@@ -311,9 +311,9 @@ def test_package_check_on_our_own_cpu_build():
     assert (code, a["verdict"]) == (1, "no-cuda-code") and "rtx4090" in a["fix"]
 
 
-# -- third-party CUDA wheels, measured once into benchmarks/results (docs/gpus.md) -------------------
+# -- third-party CUDA wheels, measured once into lab/results (docs/gpus.md) -------------------
 
-RESULT = ROOT / "benchmarks" / "results" / "cpu-dev" / "package_coverage.json"
+RESULT = ROOT / "lab" / "results" / "cpu-dev" / "package_coverage.json"
 WHEEL_DIRS = [Path(p) for p in (os.environ.get("MMSTACK_TEST_WHEELS", ""), "/opt/pypi-more/files") if p]
 
 
@@ -363,11 +363,7 @@ def test_torch_wheel_linalg_leaves_turing_out():
 
 
 def test_docs_gpus_md_is_generated_from_the_committed_result():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        import package_coverage
-    finally:
-        sys.path.pop(0)
+    from mmstack_lab.arch import package_coverage
     assert (ROOT / "docs" / "gpus.md").read_text() == package_coverage.render(json.loads(RESULT.read_text()))
 
 

@@ -4,11 +4,11 @@ a fat build alone).
 
 It changes host code too (each unit has its own filter buffers; the kernel spec carries the copy
 into them), so it entered the recipe after upstream's test_filtered_lrelu and L4 ran it on the
-H200 (`PROPOSED=1 scripts/gpu-proof.sh`, benchmarks/results/h200/recipe-run6/; its longest unit
-there is in tests/test_gpu_proof.py). Here: it applies in the recipe's order without fuzz, the
+H200 (`PROPOSED=1 scripts/gpu-proof.sh`, lab/results/h200/recipe-run6/; its longest unit
+there is in lab/tests/test_gpu_proof.py). Here: it applies in the recipe's order without fuzz, the
 new units are where setup.py's glob finds them, patch 0007's longest-first list no longer names
 the split unit, and the committed compile measurement
-(benchmarks/results/cpu-dev/filtered_lrelu_split.json) is of this very file and shows every
+(lab/results/cpu-dev/filtered_lrelu_split.json) is of this very file and shows every
 piece under a quarter of the original with the same SASS for every kernel.
 """
 
@@ -24,7 +24,7 @@ from support.offline import patched_sdist
 
 ROOT = Path(__file__).resolve().parents[1]
 PATCH = ROOT / "recipes" / "mmcv" / "patches" / "0009-split-filtered-lrelu-unit.patch"
-RESULT = ROOT / "benchmarks" / "results" / "cpu-dev" / "filtered_lrelu_split.json"
+RESULT = ROOT / "lab" / "results" / "cpu-dev" / "filtered_lrelu_split.json"
 CUDA = "mmcv/ops/csrc/pytorch/cuda"
 UNITS = [f"filtered_lrelu_{s}_{t}.cu" for s in ("wr", "rd", "ns") for t in ("half", "float")]
 

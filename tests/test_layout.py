@@ -6,6 +6,7 @@ Parsed with ast, so a lazy import inside a function counts as much as one at the
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -137,3 +138,187 @@ def test_no_tracked_file_holds_merge_conflict_markers():
             continue
         marked += [f"{rel}:{i}" for i, line in enumerate(lines, 1) if line.startswith(("<<<<<<< ", ">>>>>>> "))]
     assert not marked, f"merge conflict markers: {marked}"
+
+
+# -- the lab (lab/: mmstack_lab, development and CI only) and the product -------------------------
+
+ROOT = PKG.parents[1]
+LAB = ROOT / "lab"
+
+
+def _imports(tree: ast.AST) -> list[tuple[int, str, list[str]]]:
+    """(line, module, names imported from it) of every absolute import in a parsed file."""
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name, []) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            out.append((node.lineno, node.module, [a.name for a in node.names]))
+    return out
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def lab_imports_in_mmstack(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text(), str(path))
+    return [f"{line}: {mod}" for line, mod, _ in _imports(tree) if mod.split(".")[0] == "mmstack_lab"]
+
+
+def private_mmstack_names(path: Path) -> list[str]:
+    """mmstack's private names a lab file reaches: a `_module` on the way, a `_name` imported, or
+    `_attr` read off a name bound to an mmstack module (`from mmstack.envs import lock; lock._locked`)."""
+    tree = ast.parse(path.read_text(), str(path))
+    bad, bound = [], set()
+    for line, mod, names in _imports(tree):
+        if mod.split(".")[0] != "mmstack":
+            continue
+        parts = mod.split(".")
+        bad += [f"{line}: {mod} (private module {p})" for p in parts if _private(p)]
+        bad += [f"{line}: from {mod} import {n}" for n in names if _private(n)]
+        bound.update(names or [parts[0]])
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            bound.update(a.asname for a in node.names if a.asname and a.name.split(".")[0] == "mmstack")
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "mmstack":
+            bound.update(a.asname for a in node.names if a.asname)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and _private(node.attr):
+            base = node.value
+            while isinstance(base, ast.Attribute):
+                base = base.value
+            if isinstance(base, ast.Name) and base.id in bound:
+                bad.append(f"{node.lineno}: {ast.unparse(node)}")
+    return bad
+
+
+def _lab_files() -> list[Path]:
+    return sorted(p for p in LAB.rglob("*.py") if "results" not in p.relative_to(LAB).parts)
+
+
+def test_the_lab_is_where_the_layout_test_looks():
+    assert (LAB / "src" / "mmstack_lab" / "__init__.py").is_file() and len(_lab_files()) > 20
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(PKG)))
+def test_mmstack_never_imports_the_lab(path):
+    assert lab_imports_in_mmstack(path) == [], f"{path.relative_to(PKG)} imports the lab (development only)"
+
+
+@pytest.mark.parametrize("path", _lab_files(), ids=lambda p: str(p.relative_to(LAB)))
+def test_the_lab_uses_only_mmstacks_public_names(path):
+    bad = private_mmstack_names(path)
+    assert bad == [], f"{path.relative_to(ROOT)} reaches mmstack's private names (give them a public one):\n" + "\n".join(bad)
+
+
+def test_the_lab_rules_bite(tmp_path):
+    product = tmp_path / "product.py"
+    product.write_text("import json\n\ndef f():\n    from mmstack_lab.docs import render_docs\n")
+    assert lab_imports_in_mmstack(product) == ["4: mmstack_lab.docs"]
+    lab = tmp_path / "lab.py"
+    lab.write_text("from mmstack import __version__\nfrom mmstack.envs.lock import _locked, solve_env\n"
+                   "import mmstack.verify._ladder_child\nfrom mmstack.envs import lock\nimport mmstack.facts.gpus as g\n"
+                   "lock._locked(1)\ng._cache\nlock.locked_env(1)\n")
+    assert sorted(private_mmstack_names(lab)) == [
+        "2: from mmstack.envs.lock import _locked", "3: mmstack.verify._ladder_child (private module _ladder_child)",
+        "6: lock._locked", "7: g._cache"]
+
+
+# -- no sys.path manipulation: imports go through installed packages, `python -m` and PYTHONPATH ----
+
+# Each exception with its reason.
+SYS_PATH_ALLOWED = {
+    # removes the child's script directory ('' under `python -c`), adds nothing: a checkout's ./mmcv
+    # must not shadow the installed mmcv under test. `python -P` would do it but needs 3.11 (the
+    # ladder runs in 3.10 environments too); `-I` also drops PYTHONPATH and the user site, which
+    # environments under test may rely on; another cwd would change what relative paths mean.
+    "src/mmstack/verify/_ladder_child.py",
+}
+_SYS_PATH_TEXT = re.compile(r"sys\.path\s*(?:\[[^\]]*\]\s*=|\.(?:insert|append|extend|remove|pop|clear)\b|\+?=(?!=))"
+                            r"|site\.addsitedir")
+_MUTATORS = {"insert", "append", "extend", "remove", "pop", "clear"}
+
+
+def _is_sys_path(node: ast.AST) -> bool:
+    return (isinstance(node, ast.Attribute) and node.attr == "path" and isinstance(node.value, ast.Name)
+            and node.value.id == "sys")
+
+
+def sys_path_edits(path: Path) -> list[str]:
+    """Lines that change sys.path: in Python code, in Python code held in strings (`python -c`), in shell."""
+    text = path.read_text()
+    if path.suffix != ".py":
+        return [f"{n}: {line.strip()}" for n, line in enumerate(text.splitlines(), 1) if _SYS_PATH_TEXT.search(line)]
+    bad = []
+    for node in ast.walk(ast.parse(text, str(path))):
+        targets = []
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            if (node.func.attr in _MUTATORS and _is_sys_path(node.func.value)) or (
+                    node.func.attr == "addsitedir" and isinstance(node.func.value, ast.Name) and node.func.value.id == "site"):
+                bad.append(f"{node.lineno}: {ast.unparse(node)}")
+        elif isinstance(node, ast.Assign | ast.AugAssign | ast.Delete):
+            targets = node.targets if isinstance(node, ast.Assign | ast.Delete) else [node.target]
+        for t in targets:
+            if _is_sys_path(t) or (isinstance(t, ast.Subscript) and _is_sys_path(t.value)):
+                bad.append(f"{node.lineno}: {ast.unparse(node)}")
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and _SYS_PATH_TEXT.search(node.value):
+            bad.append(f"{node.lineno}: a string holding code that edits sys.path")
+    return bad
+
+
+def _code_files() -> list[str]:
+    import subprocess
+
+    files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                           capture_output=True, text=True, check=True).stdout.split()
+    return sorted(f for f in files if (f.endswith((".py", ".sh")) or f == ".ci/run") and (ROOT / f).is_file())
+
+
+def test_no_file_edits_sys_path():
+    files = _code_files()
+    assert "scripts/gpu-proof.sh" in files and "lab/src/mmstack_lab/paths.py" in files
+    bad = {f: e for f in files if f not in SYS_PATH_ALLOWED and (e := sys_path_edits(ROOT / f))}
+    assert bad == {}, f"sys.path edits (install the package, run with -m, or set PYTHONPATH): {bad}"
+    assert all(sys_path_edits(ROOT / f) for f in SYS_PATH_ALLOWED), "an allowed exception is gone: drop it from the list"
+
+
+def test_the_sys_path_rule_bites(tmp_path):
+    # the patterns are assembled here so that this file holds none of them itself
+    edit, site = "sys" + ".path", "site" + ".addsitedir"
+    py = tmp_path / "x.py"
+    py.write_text(f"import sys, site\nprint({edit})\n{edit}.insert(0, 'a')\n{edit}[:0] = ['b']\n{edit} += ['c']\n"
+                  f"{site}('d')\ncode = 'import sys; {edit}.append(1)'\nn = len({edit})\n")
+    assert sorted(b.split(":")[0] for b in sys_path_edits(py)) == ["3", "4", "5", "6", "7"]
+    sh = tmp_path / "x.sh"
+    sh.write_text(f'python -c "import sys; {edit}[:0] = sys.argv.pop(1).split(\':\')"\nPYTHONPATH=lab/src python -m x\n')
+    assert [b.split(":")[0] for b in sys_path_edits(sh)] == ["1"]
+
+
+# -- the shell steps reach no private name either (gpu-proof.sh once read support.bootstrap_cuda._cf_arch_list) --
+
+_SHELL_PRIVATE = re.compile(r"\bfrom\s+(?:mmstack|support)[\w.]*\s+import\s+([\w ,]+)|\b(?:mmstack|support)(?:\.\w+)*\._(?!_)\w+")
+
+
+def shell_private_names(path: Path) -> list[str]:
+    bad = []
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        for m in _SHELL_PRIVATE.finditer(line):
+            names = [x.strip() for x in (m.group(1) or "").split(",")]
+            if m.group(1) is None or any(_private(x) for x in names):
+                bad.append(f"{n}: {m.group(0)}")
+    return bad
+
+
+def test_shell_steps_reach_no_private_name():
+    scripts = [ROOT / f for f in _code_files() if f.endswith(".sh") or f == ".ci/run"]
+    assert ROOT / "scripts" / "gpu-proof.sh" in scripts
+    assert {str(p.relative_to(ROOT)): b for p in scripts if (b := shell_private_names(p))} == {}
+
+
+def test_the_shell_private_name_rule_bites(tmp_path):
+    sh = tmp_path / "x.sh"
+    sh.write_text("python -c 'from support.bootstrap_cuda import _cf_arch_list; print(_cf_arch_list())'\n"
+                  "python -c 'from support.bootstrap_cuda import cf_arch_list'\npython -c 'import mmstack.envs.lock as l'\n"
+                  "python -c 'import mmstack; mmstack.envs.lock._locked'\n")
+    assert [b.split(":")[0] for b in shell_private_names(sh)] == ["1", "4"]

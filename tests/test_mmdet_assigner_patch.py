@@ -16,17 +16,16 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 from support.offline import patched_sdist
 
+from mmstack_lab.ops import patch_ab
+
 ROOT = Path(__file__).resolve().parents[1]
 PATCH = ROOT / "recipes" / "mmdet" / "proposed" / "0004-max-iou-assigner-on-the-device.patch"
-CPU = ROOT / "benchmarks" / "results" / "cpu-dev"
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import patch_ab  # noqa: E402
+CPU = ROOT / "lab" / "results" / "cpu-dev"
 
 ASSIGN = r"""
 import json, torch

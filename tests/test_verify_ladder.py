@@ -227,9 +227,11 @@ def test_parse_levels():
 
 
 def test_ladder_imports_with_the_stdlib_alone():
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); import mmstack.verify.ladder, mmstack.verify.diagnose;"
+    # -S: no site-packages; the checkout's src/ only, through PYTHONPATH
+    code = ("import sys; import mmstack.verify.ladder, mmstack.verify.diagnose;"
             "bad = {'pydantic', 'rich', 'typer', 'elftools'} & set(sys.modules); assert not bad, bad")
-    proc = subprocess.run([sys.executable, "-S", "-c", code, str(ROOT / "src")], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
     assert proc.returncode == 0, proc.stderr
 
 

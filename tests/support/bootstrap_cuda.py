@@ -32,7 +32,7 @@ indexing are reused here):
 Every package says STAND-IN in about.summary and about.description; the recipe-built ones also
 carry `extra: mmstack-stand-in`. Nothing here is a product default.
 
-    python tests/support/bootstrap_cuda.py DEST [--wheels DIR] [--json FILE]
+    PYTHONPATH=tests python -m support.bootstrap_cuda DEST [--wheels DIR] [--json FILE]
 """
 
 from __future__ import annotations
@@ -49,9 +49,6 @@ import tempfile
 import time
 from importlib import metadata
 from pathlib import Path
-
-if __package__ in (None, ""):  # run as a script: make `support` importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from support import bootstrap
 from support.bootstrap import PY, PY_ABI, PY_PIN, PY_TAG, STAMP, BootstrapUnavailable, Wheel
@@ -311,7 +308,7 @@ def repack_torch(channel: Path, stage: Path, recipes: Path, *, cuda_version: str
     log(f"  repacked torch {torch_dist.version} as libtorch in {time.monotonic() - t:.0f}s")
     recipe_dir = recipes / "pytorch"
     recipe_dir.mkdir(parents=True)
-    (recipe_dir / "activate.sh").write_text(_TORCH_ACTIVATE.format(stand_in=STAND_IN, arch_list=_cf_arch_list()))
+    (recipe_dir / "activate.sh").write_text(_TORCH_ACTIVATE.format(stand_in=STAND_IN, arch_list=cf_arch_list()))
     (recipe_dir / "deactivate.sh").write_text(_TORCH_DEACTIVATE.format(stand_in=STAND_IN))
     (recipe_dir / "recipe.yaml").write_text(_PYTORCH_RECIPE.format(
         stand_in=STAND_IN, version=version, build=build, py=PY, py_next=f"{sys.version_info.major}.{sys.version_info.minor + 1}",
@@ -750,7 +747,7 @@ def _torch_cuda_version() -> str:
     return ".".join(out.split(".")[:2])
 
 
-def _cf_arch_list() -> str:
+def cf_arch_list() -> str:
     """torch.cuda.get_arch_list() in TORCH_CUDA_ARCH_LIST notation ('sm_90' -> '9.0', +PTX)."""
     code = "import torch, json; print(json.dumps(torch.cuda.get_arch_list()))"
     archs = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

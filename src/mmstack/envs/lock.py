@@ -128,7 +128,8 @@ def _check_local_channels(channels: list[str], subdir: str) -> None:
                                " or pass --channel")
 
 
-def _locked(env: str, plat: Platform, channels: list[str], records) -> LockedEnv:
+def locked_env(env: str, plat: Platform, channels: list[str], records) -> LockedEnv:
+    """One environment's solved records as the LockedEnv the lockfiles are written from."""
     return LockedEnv(name=env, platform=plat.name, subdir=plat.subdir, virtual_packages=tuple(plat.lock_strings()),
                      channels=tuple(channels),
                      packages=tuple(sorted((lockfile.Locked.from_record(r) for r in records), key=lambda x: x.name)))
@@ -262,7 +263,7 @@ def run_lock(*, root: Path = Path("."), envs: list[str] | None = None, channels:
     files[lock_path] = lambda p: lf.to_path(p)
     for name, (plat, chans, records) in solved.items():
         env = inputs.manifest.envs[name]
-        locked = _locked(name, plat, chans, records)
+        locked = locked_env(name, plat, chans, records)
         digests = policy.input_digests(env, inputs.facts, inputs.matrix)
         # What conda-lock writes for `conda-lock lock -f envs/<env>.yml`: the yml's channels as spelled
         # there and the yml as the source (pixi.toml, conda-lock cannot parse).
@@ -281,7 +282,7 @@ def run_lock(*, root: Path = Path("."), envs: list[str] | None = None, channels:
                                             for name, (plat, _, records) in solved.items()}})
     else:
         for name, (plat, chans, records) in solved.items():
-            _print_changes(name, old.get(name), _locked(name, plat, chans, records))
+            _print_changes(name, old.get(name), locked_env(name, plat, chans, records))
     report.info(f"wrote {lock_path.name} ({len(all_envs)} environments: {', '.join(all_envs)}) and {len(solved)} envs/*.conda-lock.yml")
     return 0
 

@@ -20,7 +20,7 @@ and the CUDA 12.9 announcement of family-specific targets
   * "a" PTX compute_Xya JITs only on exactly X.y; "f" PTX compute_Xyf on the family (same major,
     minor >= y): compute_100f on 10.3, compute_120f on 12.1.
 The PTX rules are checked against NVIDIA's ptxas 13.0 and 13.5 (tests/data/facts/ptxas-targets.txt,
-written by benchmarks/ptxas_targets.py: which -arch each kind of PTX compiles for).
+written by mmstack_lab.arch.ptxas_targets: which -arch each kind of PTX compiles for).
 """
 
 from __future__ import annotations

@@ -1,0 +1,504 @@
+"""Detector training speed: mmdet Faster R-CNN (on this project's mmcv) against torchvision's.
+
+    python -m mmstack_lab.detector.bench_detector --device cuda --json > detector.json
+    python -m mmstack_lab.detector.bench_detector --device cpu --image-size 128 --iters 2 --repeats 3
+    python -m mmstack_lab.detector.bench_detector --device cuda --batch-size 8 --repeats 10 --paired --json
+    python -m mmstack_lab.detector.bench_detector --device cuda --batch-size 8 --iters 10 --repeats 2 --processes 10 --json
+
+Sequential by default: each side is built, warmed up and timed in one block, then the next, so
+drift of the machine between blocks lands on one side. `--paired` (mmdet and torchvision-matched
+only) builds both in one process and alternates their timings ABBA; its ratio is the median of the
+per-pair ratios, but the two models then share one caching allocator and one Python heap (on the
+H200 mmdet's rate dropped in pairs: lab/results/h200/detector-retime/, docs/mmdet.md).
+`--processes N` runs each side in fresh child processes instead, N ABBA pairs of them, and gives the
+median of the pair ratios with a 95% interval. Every result names its command and its host's CPU.
+
+Both sides train ResNet-50-FPN Faster R-CNN from random weights on the same fixed synthetic
+batch (src/mmstack/verify/train_detector.py makes it), with SGD and, on CUDA, float16 autocast with a
+dynamic loss scale (mmengine's AmpOptimWrapper; torch.autocast + GradScaler for torchvision).
+After `--warmup` iterations, each of `--repeats` timings runs `--iters` iterations; the
+reported it/s is the median. `ratio` = mmdet it/s / torchvision it/s (> 1: mmdet is faster).
+
+torchvision is built twice:
+- "stock": the brief's `fasterrcnn_resnet50_fpn(weights=None, weights_backbone=None)`; without
+  pretrained weights torchvision trains all five ResNet stages with ordinary BatchNorm.
+- "matched": the same builder's parts set up like mmdet's faster-rcnn_r50_fpn_1x_coco: stem and
+  layer1 frozen (3 trainable stages), BatchNorm kept in eval mode while training with its affine
+  weights trained in the trainable stages (mmdet's `norm_eval=True` with `norm_cfg`
+  `requires_grad=True`), zero-init residuals, 1000 RPN proposals per image in training. The ratio
+  against this one compares implementations, not configurations; each side's `setup` (trainable
+  tensors and values, BatchNorm layers in train mode) shows that they agree, but for torchvision's
+  box regressor's row for the background class (4 x 1,025 values, TV_BACKGROUND_BOX_VALUES).
+  Until 2026-12-04 "matched" used torchvision's FrozenBatchNorm2d, which freezes the affine
+  weights too: mmdet then trained 84 BatchNorm tensors (50,176 values) that torchvision did not,
+  and every H200 result before that date compares those two setups.
+Both get min_size = max_size = image size, so torchvision does not resize the batch (its default
+would upscale 128 px images to 800).
+
+A side that cannot run (torchvision absent or not importable beside this torch, mmdet or mmcv's
+ops missing) is reported with its reason instead of a number, and the ratio is then null.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+
+# mmstack as installed in the environment under test, or the checkout's on PYTHONPATH
+# (PYTHONPATH=src:lab/src python -m mmstack_lab.detector.bench_detector ...)
+from mmstack.verify import train_detector as td
+from mmstack_lab.common.hostinfo import host
+from mmstack_lab.paths import child_env
+
+
+def require_stack() -> dict[str, str]:
+    """The versions of torch, mmcv (its compiled ops loaded), mmengine and mmdet; or
+    td.DetectorStepUnavailable naming the one that does not import. The lab's own check: the one
+    inside mmstack.verify.train_detector is private there (the lab uses mmstack's public names)."""
+    import importlib
+
+    versions = {}
+    for name in ("torch", "mmcv", "mmcv.ops", "mmengine", "mmdet"):
+        try:
+            module = importlib.import_module(name)
+        except (ImportError, AssertionError) as exc:  # mmdet 3.3.0 as published asserts mmcv < 2.2.0
+            raise td.DetectorStepUnavailable(f"{name} does not import: {exc}") from exc
+        if "." not in name:
+            versions[name] = module.__version__
+    return versions
+
+
+SIDES = ("mmdet", "torchvision-matched")  # what --paired and --processes compare
+# torchvision's FastRCNNPredictor regresses a box for the background class too (1,024 inputs + bias)
+TV_BACKGROUND_BOX_VALUES = 4 * (1024 + 1)
+
+
+def _sync(device: str) -> None:
+    import torch
+
+    if device.startswith("cuda"):
+        torch.cuda.synchronize(device)
+
+
+def _timing(step, losses: list, *, iters: int, device: str) -> float:
+    """One timing: `iters` iterations between two synchronisations; it/s."""
+    _sync(device)
+    start = time.perf_counter()
+    for _ in range(iters):
+        losses.append(step())
+    _sync(device)
+    return iters / (time.perf_counter() - start)
+
+
+def _summary(rates: list[float], losses: list[float]) -> dict:
+    return {
+        "iters_per_s": statistics.median(rates),
+        "iters_per_s_all": rates,
+        "loss_first": losses[0],
+        "loss_last": losses[-1],
+        "losses_finite": all(math.isfinite(loss) for loss in losses),
+        # Speed of a diverging run means little: say so next to the number.
+        "loss_fell": losses[-1] < losses[0],
+    }
+
+
+def _time(step, *, warmup: int, iters: int, repeats: int, device: str) -> dict:
+    losses = [step() for _ in range(warmup)]
+    rates = [_timing(step, losses, iters=iters, device=device) for _ in range(repeats)]
+    return _summary(rates, losses)
+
+
+def mmdet_step(args, samples):
+    """(model, step): one mmdet training iteration on the fixed batch, returning the loss."""
+    td.seed_everything(args.seed)
+    model = td.build_detector(args.model, num_classes=args.num_classes, device=args.device)
+    model.train()
+    amp = args.amp and args.device.startswith("cuda")
+    optim = td.make_optim_wrapper(model, device=args.device, amp=amp, lr=args.lr)
+    data = td.to_mmdet_inputs(samples, device=args.device)
+
+    def step() -> float:
+        loss = model.train_step(data, optim)["loss"]
+        return float(loss.detach() if hasattr(loss, "detach") else loss)
+
+    return model, step
+
+
+def bench_mmdet(args, samples) -> dict:
+    try:
+        require_stack()
+    except td.DetectorStepUnavailable as exc:
+        return {"skipped": str(exc)}
+    import torch
+
+    model, step = mmdet_step(args, samples)
+    amp = args.amp and args.device.startswith("cuda")
+    result = _time(
+        step, warmup=args.warmup, iters=args.iters, repeats=args.repeats, device=args.device
+    )
+    result.update(
+        framework="mmdet",
+        setup=training_setup(model),
+        config=str(td.resolve_config(args.model)),
+        deformable_ops=td.deformable_ops(model),
+        amp=amp,
+        versions=require_stack(),
+        max_memory_mib=(
+            torch.cuda.max_memory_allocated(args.device) / 2**20
+            if args.device.startswith("cuda")
+            else None
+        ),
+    )
+    return result
+
+
+def _torchvision_model(variant: str, *, num_classes: int, image_size: int):
+    from torchvision.models import resnet50
+    from torchvision.models.detection import FasterRCNN, fasterrcnn_resnet50_fpn
+    from torchvision.models.detection.backbone_utils import _resnet_fpn_extractor
+
+    size = {"min_size": image_size, "max_size": image_size}
+    # torchvision's class 0 is background: num_classes + 1 outputs for the same foreground set.
+    if variant == "stock":
+        return fasterrcnn_resnet50_fpn(
+            weights=None, weights_backbone=None, num_classes=num_classes + 1, **size
+        )
+    backbone = resnet50(weights=None, zero_init_residual=True)  # nn.BatchNorm2d, as mmdet's BN
+    backbone = _resnet_fpn_extractor(backbone, trainable_layers=3)
+    return _norm_eval(FasterRCNN(
+        backbone, num_classes=num_classes + 1, rpn_post_nms_top_n_train=1000, **size
+    ))
+
+
+def _norm_eval(model):
+    """mmdet's ResNet `norm_eval=True`: every BatchNorm stays in eval mode (running statistics
+    fixed) whenever the model is put in train mode; its affine weights still get gradients where
+    requires_grad is set (mmdet's norm_cfg requires_grad=True, frozen stages excepted)."""
+    import torch
+
+    train = model.train
+
+    def train_norm_eval(mode: bool = True):
+        train(mode)
+        for module in model.modules():
+            if isinstance(module, torch.nn.modules.batchnorm._BatchNorm):
+                module.eval()
+        return model
+
+    model.train = train_norm_eval
+    return model
+
+
+def training_setup(model) -> dict:
+    """What a side trains, to compare across sides: trainable tensors and values, and how many
+    BatchNorm layers are in train mode (updating running statistics) out of how many."""
+    import torch
+
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    norms = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    return {"trainable_tensors": len(trainable), "trainable_values": sum(p.numel() for p in trainable),
+            "batchnorm_layers": len(norms), "batchnorm_in_train_mode": sum(m.training for m in norms)}
+
+
+def torchvision_step(args, samples, variant: str):
+    """(model, step): one torchvision Faster R-CNN training iteration on the same batch, returning the loss."""
+    import torch
+
+    td.seed_everything(args.seed)
+    model = _torchvision_model(variant, num_classes=args.num_classes, image_size=args.image_size)
+    model.to(args.device).train()
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.SGD(params, lr=args.lr, momentum=0.9, weight_decay=1e-4)
+    amp = args.amp and args.device.startswith("cuda")
+    device_type = args.device.split(":")[0]
+    scaler = torch.amp.GradScaler(device_type, enabled=amp)
+    images = [s["image"].to(args.device).float() / 255.0 for s in samples]
+    targets = [
+        {"boxes": s["boxes"].to(args.device), "labels": s["labels"].to(args.device) + 1}
+        for s in samples
+    ]
+
+    def step() -> float:
+        optimizer.zero_grad(set_to_none=True)
+        with torch.autocast(device_type=device_type, dtype=torch.float16, enabled=amp):
+            losses = model(images, targets)
+            loss = sum(losses.values())
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        return float(loss.detach())
+
+    return model, step
+
+
+def bench_torchvision(args, samples, variant: str) -> dict:
+    try:
+        import torch
+        import torchvision
+    except Exception as exc:  # noqa: BLE001 - one built for another torch fails in odd ways
+        return {"skipped": f"torchvision does not import: {type(exc).__name__}: {exc}"}
+
+    model, step = torchvision_step(args, samples, variant)
+    amp = args.amp and args.device.startswith("cuda")
+    result = _time(
+        step, warmup=args.warmup, iters=args.iters, repeats=args.repeats, device=args.device
+    )
+    result.update(
+        framework=f"torchvision-{variant}",
+        setup=training_setup(model),
+        amp=amp,
+        versions={"torch": torch.__version__, "torchvision": torchvision.__version__},
+        max_memory_mib=(
+            torch.cuda.max_memory_allocated(args.device) / 2**20
+            if args.device.startswith("cuda")
+            else None
+        ),
+    )
+    return result
+
+
+def bench_paired(args, samples) -> dict:
+    """--paired: mmdet and torchvision-matched built side by side in this process, each warmed up,
+    then their timings alternate in ABBA order (mmdet, tv, tv, mmdet, ...), so the machine's drift
+    (CPU clocks, other tenants: at batch 2 both models are launch-bound) hits both sides alike.
+    The ratio is the median of the per-pair ratios, each pair two adjacent timings."""
+    try:
+        require_stack()
+        import torchvision  # noqa: F401
+    except Exception as exc:  # noqa: BLE001 - a side that cannot run is reported, not timed
+        return {"skipped": f"{type(exc).__name__}: {exc}"}
+    mm_model, mm = mmdet_step(args, samples)
+    tv_model, tv = torchvision_step(args, samples, "matched")
+    steps = dict(zip(SIDES, (mm, tv), strict=True))
+    setups = dict(zip(SIDES, (training_setup(mm_model), training_setup(tv_model)), strict=True))
+    losses = {name: [step() for _ in range(args.warmup)] for name, step in steps.items()}
+    rates = {name: [] for name in steps}
+    pairs = []
+    for i in range(args.repeats):
+        order = SIDES if i % 2 == 0 else SIDES[::-1]
+        pair = {name: _timing(steps[name], losses[name], iters=args.iters, device=args.device) for name in order}
+        for name, rate in pair.items():
+            rates[name].append(rate)
+        pairs.append({"first": order[0], **pair})
+    return {
+        "order": "ABBA: pair i times mmdet first where i is even, torchvision first where odd",
+        "sides": {name: {**_summary(rates[name], losses[name]), "setup": setups[name]} for name in steps},
+        **_pair_ratios(pairs),
+    }
+
+
+def _pair_ratios(pairs: list[dict]) -> dict:
+    """Each pair's mmdet / torchvision ratio (added to the pair), their median, range and interval."""
+    for pair in pairs:
+        pair["ratio"] = pair["mmdet"] / pair["torchvision-matched"]
+    ratios = [p["ratio"] for p in pairs]
+    ci = median_ci(ratios)
+    return {"pairs": pairs, "ratio_median_of_pairs": statistics.median(ratios), "ratio_min": min(ratios),
+            "ratio_max": max(ratios), "ratio_median_ci95": list(ci) if ci else None}
+
+
+def median_ci(values: list[float], confidence: float = 0.95) -> tuple[float, float] | None:
+    """A distribution-free interval for the median: order statistics x_(k) and x_(n+1-k), k the
+    largest with P(Binomial(n, 1/2) < k) <= (1 - confidence) / 2. None where n is too small
+    (n < 6 at 95%)."""
+    xs, n = sorted(values), len(values)
+    tail, k, below = (1 - confidence) / 2, 0, 0.0
+    while k < n // 2 and below + math.comb(n, k) / 2**n <= tail:
+        below += math.comb(n, k) / 2**n
+        k += 1
+    return (xs[k - 1], xs[n - k]) if k >= 1 else None
+
+
+def bench_processes(args, argv: list[str]) -> dict:
+    """--processes N: N pairs of child processes (this script with --only SIDE), ABBA, each child
+    building its one model, warming it up and timing --repeats timings of --iters iterations (its
+    median is its rate). No state is shared between the sides, and the machine's drift hits both.
+    Every child of a side must import the same versions (each side's `versions`), or none is reported."""
+    import subprocess
+
+    base, skip = [], False  # the parent's arguments less its own mode flags
+    for a in argv:
+        if skip or a in ("--json", "--paired") or a.startswith("--processes="):
+            skip = False
+        elif a == "--processes":
+            skip = True
+        else:
+            base.append(a)
+    pairs, sides, seconds = [], {s: [] for s in SIDES}, []
+    for i in range(args.processes):
+        order = SIDES if i % 2 == 0 else SIDES[::-1]
+        pair = {"first": order[0]}
+        for side in order:
+            start = time.perf_counter()
+            done = subprocess.run([sys.executable, "-m", "mmstack_lab.detector.bench_detector", *base, "--only", side,
+                                   "--json"], capture_output=True, text=True, env=child_env())
+            seconds.append(round(time.perf_counter() - start, 1))
+            if done.returncode != 0:
+                return {"skipped": f"{side} child exited {done.returncode}: {done.stderr.strip()[-400:]}"}
+            result = json.loads(done.stdout)["results"][side]
+            if "skipped" in result:
+                return {"skipped": f"{side}: {result['skipped']}"}
+            if sides[side] and result["versions"] != sides[side][0]["versions"]:
+                return {"skipped": f"{side}: child {len(sides[side]) + 1} imported {result['versions']}, "
+                                   f"child 1 {sides[side][0]['versions']}"}
+            sides[side].append(result)
+            pair[side] = result["iters_per_s"]
+            print(f"processes: pair {i + 1}/{args.processes} {side}: {result['iters_per_s']:.3f} it/s, "
+                  f"child {seconds[-1]} s", file=sys.stderr, flush=True)  # gpu-proof's .err shows progress
+        pairs.append(pair)
+    return {
+        "order": "ABBA over fresh processes: pair i runs mmdet's child first where i is even, torchvision's where odd",
+        "sides": {s: {"iters_per_s": statistics.median(r["iters_per_s"] for r in rs),
+                      "iters_per_s_all": [r["iters_per_s"] for r in rs],
+                      "losses_finite": all(r["losses_finite"] for r in rs),
+                      "loss_fell": all(r["loss_fell"] for r in rs),
+                      "max_memory_mib": max((r["max_memory_mib"] or 0) for r in rs) or None,
+                      "versions": rs[0]["versions"], "setup": rs[0]["setup"]} for s, rs in sides.items()},
+        **_pair_ratios(pairs),
+        "child_seconds": seconds,
+    }
+
+
+def _header(args, torch, argv: list[str]) -> dict:
+    return {
+        "command": " ".join(["python -m mmstack_lab.detector.bench_detector", *argv]),
+        "host": host(),
+        "device": args.device,
+        "device_name": (
+            torch.cuda.get_device_name(args.device) if args.device.startswith("cuda") else "cpu"
+        ),
+        "model": args.model,
+        "image_size": args.image_size,
+        "batch_size": args.batch_size,
+        "amp": args.amp and args.device.startswith("cuda"),
+        "warmup": args.warmup,
+        "iters": args.iters,
+        "repeats": args.repeats,
+    }
+
+
+def run(args, argv: list[str] | None = None) -> dict:
+    import torch
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        raise SystemExit("error: --device cuda, but torch sees no CUDA GPU")
+    if args.image_size is None:
+        args.image_size = td.GPU_IMAGE_SIZE if args.device.startswith("cuda") else td.CPU_IMAGE_SIZE
+    if args.processes:
+        return {**_header(args, torch, argv), "processes": bench_processes(args, argv)}
+    samples = td.synthetic_batch(
+        image_size=args.image_size,
+        batch_size=args.batch_size,
+        num_classes=args.num_classes,
+        seed=args.seed,
+    )
+    if args.paired:
+        return {**_header(args, torch, argv), "paired": bench_paired(args, samples)}
+    sides = {}
+    benches = {
+        "mmdet": lambda: bench_mmdet(args, samples),
+        "torchvision-matched": lambda: bench_torchvision(args, samples, "matched"),
+        "torchvision-stock": lambda: bench_torchvision(args, samples, "stock"),
+    }
+    for name, bench in benches.items():
+        if args.only and name != args.only:
+            continue
+        if args.device.startswith("cuda"):
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats(args.device)
+        sides[name] = bench()
+
+    def ratio(tv: str):
+        a, b = sides.get("mmdet", {}).get("iters_per_s"), sides.get(tv, {}).get("iters_per_s")
+        return a / b if a and b else None
+
+    return {
+        **_header(args, torch, argv),
+        "results": sides,
+        "ratio": ratio("torchvision-matched"),
+        "ratio_vs_stock": ratio("torchvision-stock"),
+    }
+
+
+def _print_table(report: dict) -> None:
+    if "paired" in report or "processes" in report:
+        paired = report.get("paired") or report["processes"]
+        if "skipped" in paired:
+            print(f"paired: skipped: {paired['skipped']}")
+            return
+        for p in paired["pairs"]:
+            print(f"  mmdet {p['mmdet']:8.3f} it/s  torchvision-matched {p['torchvision-matched']:8.3f} it/s  "
+                  f"ratio {p['ratio']:.3f} ({p['first']} first)")
+        ci = paired["ratio_median_ci95"]
+        print(f"  median of pair ratios: {paired['ratio_median_of_pairs']:.3f}"
+              + (f", 95% interval {ci[0]:.3f}-{ci[1]:.3f}" if ci else ", too few pairs for a 95% interval"))
+        return
+    print(
+        f"{report['model']} on {report['device_name']}, batch {report['batch_size']}x"
+        f"{report['image_size']}px, amp={report['amp']}, median of {report['repeats']}x"
+        f"{report['iters']} iterations after {report['warmup']} warm-up"
+    )
+    for name, side in report["results"].items():
+        if "skipped" in side:
+            print(f"  {name:22s} skipped: {side['skipped']}")
+        else:
+            print(
+                f"  {name:22s} {side['iters_per_s']:8.3f} it/s   loss {side['loss_first']:.3f} -> "
+                f"{side['loss_last']:.3f}" + ("" if side["loss_fell"] else "  (loss did not fall)")
+            )
+    for key, label in (("ratio", "matched"), ("ratio_vs_stock", "stock")):
+        value = report[key]
+        print(f"  mmdet / torchvision-{label}: " + (f"{value:.3f}" if value else "n/a"))
+
+
+def quiet_stdout(fn, *args, quiet: bool):
+    """fn(*args), with stdout sent to stderr while it runs when quiet: mmengine logs to stdout, and a
+    tool that prints its report as JSON keeps stdout for that."""
+    real_stdout = sys.stdout
+    if quiet:
+        sys.stdout = sys.stderr
+    try:
+        return fn(*args)
+    finally:
+        sys.stdout = real_stdout
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--model", default="faster-rcnn", help="mmdet side (train_detector.MODELS)")
+    parser.add_argument("--image-size", type=int, default=None, help="default: 800 GPU, 128 CPU")
+    parser.add_argument("--batch-size", type=int, default=td.BATCH_SIZE)
+    parser.add_argument("--num-classes", type=int, default=td.NUM_CLASSES)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--iters", type=int, default=10, help="iterations per timing")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--lr", type=float, default=td.LR)
+    parser.add_argument("--seed", type=int, default=td.SEED)
+    parser.add_argument("--no-amp", dest="amp", action="store_false")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--paired", action="store_true",
+                      help="mmdet and torchvision-matched only, in one process, --repeats timings alternating "
+                           "(ABBA); ratio per pair")
+    mode.add_argument("--processes", type=int, default=0, metavar="N",
+                      help="N pairs of child processes, one side each, ABBA, each timing --repeats x --iters; "
+                           "ratio per pair")
+    mode.add_argument("--only", choices=("mmdet", "torchvision-matched", "torchvision-stock"),
+                      help="time this side alone (the children of --processes)")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    report = quiet_stdout(run, args, argv, quiet=args.json)
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        _print_table(report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

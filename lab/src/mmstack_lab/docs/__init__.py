@@ -1,0 +1,1 @@
+"""The numbers and pictures in docs/, rendered from lab/results/."""

@@ -1,0 +1,1 @@
+"""How fast mmcv's ops are: against torchvision, and released against patched kernels."""

@@ -1,0 +1,1 @@
+"""The GPU proof runs (scripts/gpu-proof.sh): one summary.json per results folder."""
