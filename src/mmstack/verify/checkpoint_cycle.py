@@ -16,8 +16,12 @@
 
 Models: `plain` (torch only: what the mmengine recipe tests), `toy` (mmcv's DeformConv2d and
 RoIAlign, toy_model.py: the ladder's default), and the detectors of train_detector.MODELS.
-On the CPU every comparison is exact; on CUDA, where mmcv's backward kernels add with atomics,
-losses and metrics after a resume must agree to CUDA_RTOL and forward passes stay exact.
+Every comparison is exact, with one exception: on CUDA the losses after the first resumed
+iteration agree to CUDA_RTOL, since mmcv's and torch's backward kernels add with atomics, so the
+update of iteration 3 differs in the last bits from run to run (on the H200: 1.1e-3 and 2.1e-4
+relative at iteration 4 for the two Faster R-CNNs, 0 for the toy model). The first resumed
+iteration depends only on what the checkpoint restored and must match bit for bit everywhere. CPU
+phases run on one thread, so no reduction order depends on the machine's core count.
 
 Run by path in the environment under test (stdlib only at import; torch, mmengine, mmcv and mmdet
 inside the functions), by the ladder's child or from a recipe test:
@@ -48,7 +52,7 @@ CKPT_INTERVAL = 2
 SAMPLES = 4
 BATCH = 2
 SEED = 0
-CUDA_RTOL = 1e-3
+CUDA_RTOL = 1e-2
 PHASE_TIMEOUT = 600.0
 # The structure of a model-zoo checkpoint of the mmcv 1.x / mmdet 2.x era, as mmcv v1.7.2 writes it
 # (read at that tag): runner/checkpoint.py save_checkpoint adds mmcv_version, time and the model's
@@ -343,12 +347,16 @@ def phase_resume(model: str, device: str, work: Path) -> dict:
     after = [r for r in log if "iter" in r]
     exact = not device.startswith("cuda")
     lr_ok = [r["lr"] for r in after] == [r["lr"] for r in first]
-    loss_ok, worst = _close([r["loss"] for r in after], [r["loss"] for r in first], exact)
+    # the first resumed iteration is computed from the restored state alone: equal everywhere
+    first_ok = bool(after) and bool(first) and after[0]["loss"] == first[0]["loss"]
+    rest_ok, worst = _close([r["loss"] for r in after], [r["loss"] for r in first], exact)
+    loss_ok = first_ok and rest_ok
     checks = {
         "starts at iteration": start["start_iter"] == CKPT_INTERVAL,
         "optimizer state as saved": _same(start["optimizer"], saved["optimizer"]),
         "weights as saved": _same(start["state_dict"], saved["state_dict"]),
         "learning rates continue": lr_ok and [r["iter"] for r in after] == [r["iter"] for r in first],
+        "first resumed loss equal": first_ok,
         "losses continue": loss_ok,
     }
     bad = [k for k, v in checks.items() if not v]
@@ -430,6 +438,8 @@ def run_phase(phase: str, model: str, device: str, work: Path) -> dict:
 
     torch.backends.cudnn.deterministic = True
     torch.backends.cudnn.benchmark = False
+    if not device.startswith("cuda"):
+        torch.set_num_threads(1)  # the same reduction order in every process, on any core count
     started = time.perf_counter()
     try:
         res = PHASE_FUNCS[phase](model, device, work)

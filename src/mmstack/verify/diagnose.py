@@ -146,7 +146,7 @@ TABLE: tuple[Rule, ...] = (
     Rule(
         # issue 20: seen once on the H200 (L1 of a ladder started from a detached shell while a
         # 16-job CUDA build ran); the same command passed minutes later in the foreground, and under
-        # setsid/nohup with an identical environment (benchmarks/results/h200/recipe-run2/mkl_probe.json)
+        # setsid/nohup with an identical environment (lab/results/h200/recipe-run2/mkl_probe.json)
         "onemkl-cannot-load",
         r"(?:Intel oneMKL|Intel MKL) FATAL ERROR: Cannot load (?P<lib>\S+?)\.?(?:\s|$)",
         "the oneMKL inside torch could not load {lib}: a library torch ships failed to map at that moment"

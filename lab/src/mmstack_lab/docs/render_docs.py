@@ -686,7 +686,26 @@ def _cpu_detector(docs) -> tuple[list[str], list[list[object]]]:
     return ["model", "deformable ops", "images", "iterations", "loss per iteration", "loss_cls", "L5", "it/s"], rows
 
 
+def _checkpoints(docs) -> tuple[list[str], list[list[object]]]:
+    """L6 (the checkpoint cycle), one row per model and phase: pass, its seconds, what it showed."""
+    (level,) = docs[0]["levels"]
+    rows = []
+    for cycle in level["evidence"]["checkpoints"]:
+        for name, ph in cycle["phases"].items():
+            detail = ""
+            if name == "resume":
+                detail = (f"iteration {ph['start_iter'] + 1}: {ph['losses'][0]:.6g} vs {ph['first_run_losses'][0]:.6g}; "
+                          f"worst relative difference {ph['loss_rel_diff']:.2g}")
+            elif name in ("load", "test"):
+                fp = ph.get("predicted") or {k.split("/")[-1]: v for k, v in (ph.get("test") or {}).items()}
+                detail = f"{fp.get('count')} predictions, sum {fp.get('sum'):.6g}" if fp else ""
+            rows.append([cycle["model"], cycle["device"], name, "pass" if ph["passed"] else "FAIL",
+                         f"{ph.get('seconds', 0):.1f}", detail or ph.get("reason", "")[:80]])
+    return ["model", "device", "phase", "result", "seconds", "what it showed"], rows
+
+
 TABLES: dict[str, Table] = {
+    "h200-checkpoints": Table(sources=["h200/ckpt-run1/verify_l6_sm90.json"], build=_checkpoints),
     "h200-machine": Table(sources=[f"{d}/doctor_sm90.json" for d in H200.values()], build=_h200_machine),
     "h200-build": Table(sources=[f"{d}/{f}" for d in H200.values() for f in ("build_time_sm90.json", "units_sm90.json")],
                         build=_h200_build),
