@@ -177,9 +177,9 @@ def _fingerprint(outputs: list) -> dict:
         # a DetDataSample from test_step, or the dict mmengine's Evaluator makes of it (to_dict())
         pred = out.get("pred_instances") if isinstance(out, dict) else getattr(out, "pred_instances", None)
         if pred is not None:
-            get = pred.get if isinstance(pred, dict) else lambda k: getattr(pred, k)
-            parts = [get("bboxes").double(), get("scores").double(), get("labels").double()]
-            count += len(get("scores"))
+            fields = pred if isinstance(pred, dict) else {k: getattr(pred, k) for k in ("bboxes", "scores", "labels")}
+            parts = [fields["bboxes"].double(), fields["scores"].double(), fields["labels"].double()]
+            count += len(fields["scores"])
         else:
             parts = [out.double()]
             count += 1
