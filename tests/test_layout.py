@@ -27,7 +27,7 @@ ALLOWED = {
 # run by path in a child interpreter where mmstack may not be importable: stdlib (+ torch, mmcv, ...
 # imported inside functions) only, never mmstack
 CHILD_SCRIPTS = ["verify/_ladder_child.py", "verify/_ladder_ops.py", "verify/train_detector.py",
-                 "verify/dist_worker.py", "verify/toy_model.py", "facts/elf.py"]
+                 "verify/dist_worker.py", "verify/toy_model.py", "verify/checkpoint_cycle.py", "facts/elf.py"]
 
 
 def _part(path: Path) -> str:
