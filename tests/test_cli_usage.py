@@ -91,3 +91,13 @@ def test_a_command_still_runs_and_exits_with_its_code(readme_venv):
     assert re.search(r"8\.9", out)
     code, _, err = _run(readme_venv, "gpus", "no such gpu at all")
     assert code == 2 and err.startswith("error: ")
+
+
+def test_python_dash_m_mmstack_exits_with_the_commands_code():
+    """`python -m mmstack` is the CLI with its exit code: a failure there must not read as success."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "mmstack", "verify", "--levels", "L9"], capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert proc.returncode == 2 and "unknown level 'L9'" in proc.stderr, (proc.returncode, proc.stderr)

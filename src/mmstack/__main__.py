@@ -1,5 +1,5 @@
-"""`python -m mmstack` runs the CLI (same as the `mmstack` script)."""
+"""`python -m mmstack` runs the CLI (same as the `mmstack` script), with its exit code."""
 
 from mmstack.cli import main
 
-main()
+raise SystemExit(main())

@@ -387,11 +387,11 @@ def phase_old_format(model: str, device: str, work: Path) -> dict:
 
     import numpy as np
     import torch
-    from mmengine.runner.checkpoint import _load_checkpoint
 
-    trained = _load_checkpoint(str(work / "train" / "iter_4.pth"), map_location="cpu")
+    # weights of a model built here (not read from this run's files: only the old format is on trial)
+    donor = _build(model, device, seed=SEED + 2)
     meta = {**OLD_META, "hook_msgs": {**OLD_META["hook_msgs"], "best_score": np.float64(OLD_BEST_SCORE)}}
-    state = OrderedDict((k, v.clone()) for k, v in trained["state_dict"].items())
+    state = OrderedDict((k, v.detach().cpu().clone()) for k, v in donor.state_dict().items())
     old = {"meta": meta, "state_dict": state,
            "optimizer": {"state": {}, "param_groups": [{"lr": 0.02, "momentum": 0.9, "params": [0]}]}}
     path = work / "old_format.pth"
