@@ -7,7 +7,7 @@ import pytest
 
 pytest.importorskip("rattler_build", reason="py-rattler-build (the 'build' extra) reads conda_build_config.yaml")
 
-from mmstack.envs import pixi_manifest, policy
+from mmstack.envs import lockfile, pixi_manifest, policy
 from mmstack.facts.gpus import load as load_facts
 from mmstack.variants.matrix import CONFIG_FILE, load_matrix
 
@@ -80,3 +80,42 @@ def test_input_digests_follow_only_what_serves_the_environment(inputs):
     assert serving, f"no variant serves {env.name}"
     assert policy.input_digests(env, facts, [*others, *serving]) == before  # other variants do not count
     assert policy.input_digests(env, facts, others)["mmstack_matrix"] != before["mmstack_matrix"]
+
+
+# -- where mmdet is, our mmengine: the manifest and the locks -----------------------------------
+
+
+def test_every_environment_with_mmdet_takes_our_mmengine(inputs):
+    facts, matrix, manifest = inputs
+    with_mmdet = [e for e in manifest.envs.values() if e.specs_named("mmdet")]
+    assert {e.name for e in with_mmdet} >= set(facts.envs)
+    for env in with_mmdet:
+        (spec,) = env.specs_named("mmengine")
+        assert spec.build == policy.MMENGINE_BUILD, env.name
+    # conda-forge's (any build) is manifest drift, with the line to write
+    env = manifest.envs[facts.envs[0]]
+    specs = tuple(replace(s, build=None) if s.name == "mmengine" else s for s in env.specs)
+    drifted = replace(manifest, envs={**manifest.envs, env.name: replace(env, specs=specs)})
+    (problem,) = [p for p in policy.manifest_problems(drifted, facts, matrix) if p.package == "mmengine"]
+    assert problem.env == env.name and 'build = "safeload_*"' in problem.fix
+    # the environment files generated from it say the same
+    for gen in facts.generation:
+        assert "  - mmengine=0.10.7=safeload_*\n" in (ROOT / "envs" / f"{gen.env}.yml").read_text()
+
+
+def _pkg(name: str, version: str, build: str) -> lockfile.Locked:
+    return lockfile.Locked(name, version, build, "noarch", f"https://c/noarch/{name}-{version}-{build}.conda",
+                           f"{name}-{version}-{build}.conda", "a" * 64, "b" * 32, (), ())
+
+
+def test_lock_check_refuses_conda_forges_mmengine_beside_mmdet():
+    def problems(*pkgs):
+        locked = lockfile.LockedEnv("cpu", "linux-64", "linux-64", (), ("https://c/",), pkgs)
+        return policy.mmengine_problems("cpu", locked, "mmstack lock --env cpu")
+
+    mmdet = _pkg("mmdet", "3.3.0", "mmcv22_pyh4616a5c_0")
+    assert problems(mmdet, _pkg("mmengine", "0.10.7", "safeload_pyh4616a5c_0")) == []
+    (bad,) = problems(mmdet, _pkg("mmengine", "0.10.7", "pyhd8ed1ab_0"))
+    assert bad.rule == "mmengine-build" and "mmengine 0.10.7 pyhd8ed1ab_0" in bad.message
+    assert "safeload_" in bad.fix and "mmstack lock --env cpu" in bad.fix
+    assert problems(_pkg("mmengine", "0.10.7", "pyhd8ed1ab_0")) == []  # no mmdet: mmengine alone is not ours to judge
