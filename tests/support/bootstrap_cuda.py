@@ -748,8 +748,14 @@ def _torch_cuda_version() -> str:
 
 
 def cf_arch_list() -> str:
-    """torch.cuda.get_arch_list() in TORCH_CUDA_ARCH_LIST notation ('sm_90' -> '9.0', +PTX)."""
-    code = "import torch, json; print(json.dumps(torch.cuda.get_arch_list()))"
+    """The installed torch's arch list in TORCH_CUDA_ARCH_LIST notation ('sm_90' -> '9.0', +PTX).
+
+    torch.cuda.get_arch_list() answers [] where no GPU is visible (it checks is_available()
+    first); the flags it reads, torch._C._cuda_getArchFlags(), are compiled in and need none, so a
+    CPU-only build machine assembles the same stand-in pytorch as the GPU machine.
+    """
+    code = ("import torch, json; a = torch.cuda.get_arch_list() or torch._C._cuda_getArchFlags().split(); "
+            "print(json.dumps(a))")
     archs = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                                       check=True).stdout.strip().splitlines()[-1])
     sass = sorted({a.split("_")[1] for a in archs if a.startswith("sm_")}, key=lambda x: (len(x), x))
