@@ -31,53 +31,114 @@ SDISTS = {
 }
 # Copies that may already be on the machine (the dev image has one); else PyPI, once.
 LOCAL_COPIES = (Path("/tmp/cache"),)
-# upstream's v2.2.0 GitHub tag archive (it carries tests/, the PyPI sdist does not): the recipe's
-# second source, byte for byte the file conda-forge's feedstock names. GitHub is unreachable from
-# CI and the development machines; ../shared/sources holds the same bytes (its README says how
-# they were made), and MMSTACK_SHARED_SOURCES names another folder holding them.
-MMCV_GITHUB_URL = "https://github.com/open-mmlab/mmcv/archive/refs/tags/v2.2.0.tar.gz"
-MMCV_GITHUB_SHA256 = "13b2bdab6e97799177dee568efdb2ae0bb48b1dc924a8b617416ee8a392e5348"
+# upstream's v2.2.0 GitHub tag archive (it carries tests/, the PyPI sdist does not): the mmcv
+# recipe's second source (`target_directory: upstream`), byte for byte the file conda-forge's
+# feedstock names. Its URL and sha256 are read from recipes/mmcv/recipe.yaml. Where it comes from,
+# in order: the test cache; MMSTACK_SHARED_SOURCES or ../shared/sources (a folder holding the file,
+# for machines that cannot reach GitHub: CI and the development machines here); the recipe's URL.
+MMCV_RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "mmcv" / "recipe.yaml"
 MMCV_GITHUB_FILE = "mmcv-2.2.0.github.tar.gz"
-SHARED_SOURCES = (
-    *(Path(p) for p in (os.environ.get("MMSTACK_SHARED_SOURCES", ""),) if p),
-    Path(__file__).resolve().parents[3] / "shared" / "sources",
-    Path(__file__).resolve().parents[2] / "shared" / "sources",
-)
+
+
+class SourceUnavailable(RuntimeError):
+    """A recipe's source could be found nowhere; the message is one line naming the fix."""
+
+
+def recipe_source(recipe: Path, target_directory: str | None) -> tuple[str, str]:
+    """(url, sha256) of the source in a recipe.yaml with that target_directory, the version filled in."""
+    import yaml
+
+    data = yaml.safe_load(recipe.read_text())
+    version = str(data["context"]["version"])
+    hits = [s for s in data["source"] if s.get("target_directory") == target_directory]
+    if len(hits) != 1:
+        raise AssertionError(f"{recipe}: expected one source with target_directory {target_directory!r}")
+    return hits[0]["url"].replace("${{ version }}", version), hits[0]["sha256"]
+
+
+MMCV_GITHUB_URL, MMCV_GITHUB_SHA256 = recipe_source(MMCV_RECIPE, "upstream")
+
+
+def shared_sources() -> tuple[Path, ...]:
+    """Folders that may hold source archives: MMSTACK_SHARED_SOURCES, then shared/sources beside
+    the clone (../shared/sources) or inside it."""
+    env = os.environ.get("MMSTACK_SHARED_SOURCES", "")
+    clone = Path(__file__).resolve().parents[2]
+    return (*((Path(env),) if env else ()), clone.parent / "shared" / "sources", clone / "shared" / "sources")
+
+
+def fetch_checked(url: str, sha256: str, dest: Path, *, timeout: float = 120) -> Path:
+    """Download url to dest, checking its sha256; nothing is left at dest unless it matches.
+    Raises SourceUnavailable (one line) when the URL cannot be read or gives other bytes."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    partial = dest.with_name(f"{dest.name}.partial-{os.getpid()}")
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp, open(partial, "wb") as fh:
+            shutil.copyfileobj(resp, fh)
+        got = _sha256(partial)
+        if got != sha256:
+            raise SourceUnavailable(f"{url} gave a file with sha256 {got}, not the recipe's {sha256}")
+        partial.replace(dest)
+    except OSError as exc:  # URLError, HTTPError, timeouts, refused connections
+        raise SourceUnavailable(f"cannot download {url}: {getattr(exc, 'reason', exc)}") from None
+    finally:
+        partial.unlink(missing_ok=True)
+    return dest
 
 
 def cached_sdist(name: str = "mmcv", *, cache_root: Path = CACHE_ROOT) -> Path:
-    """A recipe's sdist, checked against its sha256, from a local copy or downloaded once."""
+    """A recipe's sdist, checked against its sha256, from a local copy or downloaded once; where
+    neither works the test fails with one line naming the file to fetch."""
     url, sha256, _ = SDISTS[name]
     cached = cache_root / "sdist" / Path(url).name
     for path in (cached, *(d / Path(url).name for d in LOCAL_COPIES)):
         if path.is_file() and _sha256(path) == sha256:
             return path
-    cached.parent.mkdir(parents=True, exist_ok=True)
-    partial = cached.with_suffix(".partial")
-    with urllib.request.urlopen(url, timeout=120) as resp, open(partial, "wb") as fh:
-        shutil.copyfileobj(resp, fh)
-    if _sha256(partial) != sha256:
-        partial.unlink()
-        raise RuntimeError(f"{url} does not have the sha256 the recipe names")
-    partial.rename(cached)
-    return cached
+    try:
+        return fetch_checked(url, sha256, cached)
+    except SourceUnavailable as exc:
+        reason = str(exc)
+    import pytest  # outside the except: pytest would print the chained exception too
+
+    pytest.fail(f"{reason}; download it (sha256 {sha256}) on a machine that can and save it as {cached}", pytrace=False)
+
+
+def obtain_github_archive(*, cache_root: Path = CACHE_ROOT, shared: tuple[Path, ...] | None = None,
+                          url: str = MMCV_GITHUB_URL, sha256: str = MMCV_GITHUB_SHA256) -> Path:
+    """upstream's tag archive in the test cache: already there, copied from a shared folder, or
+    downloaded from the recipe's URL, sha256 checked each time. Raises SourceUnavailable naming
+    where to put which file when none of these works."""
+    cached = cache_root / "sdist" / MMCV_GITHUB_FILE
+    if cached.is_file() and _sha256(cached) == sha256:
+        return cached
+    folders = shared_sources() if shared is None else shared
+    for folder in folders:
+        path = folder / MMCV_GITHUB_FILE
+        if path.is_file() and _sha256(path) == sha256:
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            partial = cached.with_name(f"{cached.name}.partial-{os.getpid()}")
+            shutil.copyfile(path, partial)
+            partial.replace(cached)
+            return cached
+    try:
+        return fetch_checked(url, sha256, cached)
+    except SourceUnavailable as exc:
+        where = " or ".join(str(d / MMCV_GITHUB_FILE) for d in folders) or str(cached)
+        raise SourceUnavailable(
+            f"mmcv's tag archive is missing: {exc}; download {url} (sha256 {sha256}) on a machine that "
+            f"can and save it as {where} (MMSTACK_SHARED_SOURCES names another folder)") from None
 
 
 def cached_github_archive(*, cache_root: Path = CACHE_ROOT) -> Path:
-    """upstream's v2.2.0 tag archive, seeded into the offline cache from a shared copy (sha256 checked)."""
-    cached = cache_root / "sdist" / MMCV_GITHUB_FILE
-    if cached.is_file() and _sha256(cached) == MMCV_GITHUB_SHA256:
-        return cached
-    for folder in SHARED_SOURCES:
-        path = folder / MMCV_GITHUB_FILE
-        if path.is_file() and _sha256(path) == MMCV_GITHUB_SHA256:
-            cached.parent.mkdir(parents=True, exist_ok=True)
-            partial = cached.with_suffix(".partial")
-            shutil.copyfile(path, partial)
-            partial.rename(cached)
-            return cached
-    raise FileNotFoundError(f"{MMCV_GITHUB_FILE} (sha256 {MMCV_GITHUB_SHA256[:12]}...) is in none of "
-                            f"{[str(d) for d in SHARED_SOURCES]}; set MMSTACK_SHARED_SOURCES to a folder holding it")
+    """obtain_github_archive for a test: where it cannot be had, the test fails with that one line
+    (no traceback), so the fix is what the run prints."""
+    try:
+        return obtain_github_archive(cache_root=cache_root)
+    except SourceUnavailable as exc:
+        reason = str(exc)
+    import pytest  # outside the except: pytest would print the chained exception too
+
+    pytest.fail(reason, pytrace=False)
 
 
 def unpacked_sdist(name: str, dest: Path) -> Path:
