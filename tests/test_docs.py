@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import re
 from pathlib import Path
 
 import pytest
@@ -34,18 +35,120 @@ def test_a_changed_result_changes_the_doc(tmp_path, monkeypatch, render_docs):
     shutil.copytree(render_docs.RESULTS, results)
     ops = results / "h200" / "run2-fixed" / "ops_sm90.json"
     ops.write_text(ops.read_text().replace("328.22399139404297", "428.22399139404297"))
-    text = (ROOT / "docs" / "benchmarks.md").read_text()
+    text = (ROOT / "lab" / "results" / "h200" / "run2-fixed" / "README.md").read_text()
     monkeypatch.setattr(render_docs, "RESULTS", results)
     rendered = render_docs.render_text(text)
     assert rendered != text and "| roi_align | 2x256x200x200, 1000 rois, 7x7 | 428.2 |" in rendered
 
 
-def test_a_typed_number_inside_a_table_is_caught(tmp_path, render_docs):
+@pytest.mark.parametrize("page, typed, edited", [
+    ("docs/performance.md", "| 9.0 | recipe-run9 | 300 s |", "| 9.0 | recipe-run9 | 280 s |"),
+    ("lab/results/h200/run2-fixed/README.md", "| all | FAIL 20.6 s | PASS 58.3 s |", "| all | FAIL 20.6 s | PASS 63 s |"),
+])
+def test_a_typed_number_inside_a_table_is_caught(tmp_path, render_docs, page, typed, edited):
     docs = tmp_path / "docs"
     docs.mkdir()
-    text = (ROOT / "docs" / "benchmarks.md").read_text()
-    (docs / "benchmarks.md").write_text(text.replace("| all | FAIL 20.6 s | PASS 58.3 s |", "| all | FAIL 20.6 s | PASS 63 s |"))
-    assert [p.name for p in render_docs.stale(docs)] == ["benchmarks.md"]
+    text = (ROOT / page).read_text()
+    assert typed in text
+    (docs / "page.md").write_text(text.replace(typed, edited))
+    assert [p.name for p in render_docs.stale(docs)] == ["page.md"]
+
+
+def test_the_run_readmes_are_rendered_pages(tmp_path, monkeypatch, render_docs):
+    """What each run found lives in its README under lab/results, with the same markers as docs/:
+    --check covers them, and a changed result changes the README."""
+    pages = render_docs.docs()
+    assert ROOT / "docs" / "performance.md" in pages
+    assert ROOT / "lab" / "results" / "h200" / "recipe-run9" / "README.md" in pages
+    assert ROOT / "lab" / "results" / "cpu-dev" / "README.md" in pages
+    import shutil
+
+    results = tmp_path / "results"
+    for run in ("run1-before-fix", "run2-fixed"):
+        shutil.copytree(render_docs.RESULTS / "h200" / run, results / "h200" / run)
+    ladder = results / "h200" / "run2-fixed" / "verify_sm90.json"
+    ladder.write_text(ladder.read_text().replace('"ok": true', '"ok": false', 1))
+    monkeypatch.setattr(render_docs, "RESULTS", results)
+    readme = results / "h200" / "run2-fixed" / "README.md"
+    assert readme in render_docs.history()
+    assert render_docs.rendered(readme) != readme.read_text()
+
+
+def test_each_performance_section_shows_rendered_numbers():
+    """docs/performance.md answers one question per section, each with numbers from lab/results."""
+    text = (ROOT / "docs" / "performance.md").read_text()
+    sections = re.split(r"^## ", text, flags=re.M)[1:]
+    assert len(sections) >= 5
+    for section in sections:
+        assert re.search(r"<!-- (?:results|value):[a-z0-9-]+ -->", section), section.splitlines()[0]
+
+
+# -- docs/ is for users: no issue numbers, no run-by-run log (that is lab/results/**/README.md) ---------
+
+ISSUE_NUMBER = re.compile(r"\bissues?\s+#?\d+|(?<![\w/-])#\d+\b|\bitems?\s+\d+\b", re.I)
+
+
+def issue_numbers(text: str) -> list[str]:
+    """This project's issue (or issue item) numbers named in a page; an upstream reference
+    (open-mmlab/mmcv#3096, a URL) is not one."""
+    return [m.group(0) for m in ISSUE_NUMBER.finditer(text)]
+
+
+def test_no_docs_page_names_an_issue_number():
+    found = {p.name: issue_numbers(p.read_text()) for p in sorted((ROOT / "docs").glob("*.md"))}
+    assert {name: hits for name, hits in found.items() if hits} == {}
+
+
+@pytest.mark.parametrize("text, hits", [
+    ("## On the lent H200: patch 0012 lands (issue 24)", ["issue 24"]),
+    ("the goal of issues 20 and 24", ["issues 20"]),
+    ("fixed in #17.", ["#17"]),
+    ("Item 2's goal", ["Item 2"]),
+    ("([open-mmlab/mmcv#3096](https://github.com/open-mmlab/mmcv/issues/3096))", []),
+])
+def test_the_issue_number_rule_bites(text, hits):
+    assert issue_numbers(text) == hits
+
+
+# -- links between pages resolve (files and #anchors) ------------------------------------------------
+
+LINK = re.compile(r"\]\((?!https?://|mailto:)([^)\s]+)\)")
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def anchors(path: Path) -> set[str]:
+    text = re.sub(r"```.*?```", "", path.read_text(), flags=re.S)
+    return {slug(m.group(1)) for m in re.finditer(r"^#+ (.+)$", text, flags=re.M)}
+
+
+def link_problems(page: Path, root: Path = ROOT) -> list[str]:
+    """Each relative link of `page` whose file, or whose #heading in a .md file, does not exist."""
+    problems = []
+    text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
+    for target in LINK.findall(text):
+        file, _, anchor = target.partition("#")
+        dest = (page.parent / file).resolve() if file else page
+        if not dest.exists():
+            problems.append(f"{page.relative_to(root)}: {target}: no such file")
+        elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
+            problems.append(f"{page.relative_to(root)}: {target}: no such heading")
+    return problems
+
+
+def test_links_between_pages_resolve(render_docs):
+    pages = [ROOT / "README.md", *render_docs.docs()]
+    assert [p for page in pages for p in link_problems(page)] == []
+
+
+def test_a_broken_link_is_caught(tmp_path):
+    (tmp_path / "a.md").write_text("# A\n\n## Some heading\n")
+    page = tmp_path / "b.md"
+    page.write_text("[ok](a.md#some-heading) [gone](c.md) [anchor](a.md#other)\n")
+    assert link_problems(page, tmp_path) == ["b.md: c.md: no such file", "b.md: a.md#other: no such heading"]
 
 
 def test_unknown_marker_is_an_error(render_docs):
@@ -114,18 +217,16 @@ def test_check_fails_on_a_picture_that_differs(monkeypatch, capsys, render_docs)
 
 # -- README: a GPU result is a link to the committed result, never a number typed in (issue 22, item 3) --
 
-import re  # noqa: E402
-
 GPU = re.compile(r"\b(?:[ABHL]\d{2,3}S?|GB?\d{3}|RTX \d{4}|Jetson \w+)\b")
 RESULT_VERB = re.compile(r"\b(?:pass(?:es|ed)?|fail(?:s|ed)?|measured|took|faster|slower|bit for bit)\b", re.I)
 MEASURED = re.compile(r"\d(?:[\d,]*\.?\d*)\s*(?:s|ms|µs|min|minutes|seconds|%|x|×)(?![\w.])"
                       r"|\b\d+\s+(?:passed|failed|skipped|tests|steps)\b", re.I)
-RESULTS_LINK = re.compile(r"\((?:docs/benchmarks\.md|docs/verify\.md|lab/results/[^)]+)\)|`lab/results/[^`]+`")
+RESULTS_LINK = re.compile(r"\((?:docs/(?:benchmarks|performance|verify)\.md|lab/results/[^)]+)\)|`lab/results/[^`]+`")
 
 
 def readme_result_problems(text: str) -> list[str]:
     """Each README paragraph that states a GPU result: it names where the result is rendered or kept
-    (docs/benchmarks.md, docs/verify.md, lab/results/...), that place exists, and no measured
+    (docs/performance.md, docs/verify.md, lab/results/...), that place exists, and no measured
     number (seconds, %, ratios, test counts) stands in the prose outside the links."""
     problems = []
     for para in re.split(r"\n\s*\n", text):

@@ -1,16 +1,19 @@
-"""Render the numbers in docs/*.md from the committed results in lab/results/.
+"""Render the numbers in docs/*.md and in the run READMEs of lab/results/ from the committed results there.
 
-    python -m mmstack_lab.docs.render_docs           # rewrite the generated parts of docs/*.md
-    python -m mmstack_lab.docs.render_docs --check   # exit 1 naming each doc that differs (tests/test_docs.py)
+    python -m mmstack_lab.docs.render_docs           # rewrite the generated parts of every page
+    python -m mmstack_lab.docs.render_docs --check   # exit 1 naming each page that differs (tests/test_docs.py)
 
-A doc marks what is generated; everything between the markers is replaced, nothing else is touched:
+docs/ holds the user's pages by topic, each with the current numbers (docs/performance.md: the newest
+run of each build, package, op and detector); lab/results/<machine>/<run>/README.md holds what that
+run found, in the order the runs happened. Both are pages here: the same markers work in either.
+A page marks what is generated; everything between the markers is replaced, nothing else is touched:
 
     <!-- results:NAME -->            a table (TABLES[NAME]), followed by its source line
     <!-- /results:NAME -->
     <!-- value:NAME -->12.3<!-- /value -->   one number in prose (VALUES[NAME])
 
 Pictures: docs/img/NAME.png is PLOTS[NAME] drawn from its results (mmstack_lab.docs.plots, matplotlib);
-a doc links it as img/NAME.png. --check compares the pixels a committed picture shows with what
+a page links it as img/NAME.png (a run README: ../../../../docs/img/NAME.png). --check compares the pixels a committed picture shows with what
 its results draw; writing rewrites a picture only when its pixels differ.
 
 Adding a result: commit its JSON under lab/results/, add a `Table` below (a source file,
@@ -105,7 +108,7 @@ class Table:
             items = (get(docs[0], self.rows) or []) if self.rows else docs
             header = [c[0] for c in self.columns]
             body = [[fmt(get(item, path), spec) for _, path, spec in self.columns] for item in items]
-        where = ", ".join(f"`lab/results/{s}`" for s in self.sources)
+        where = ", ".join(f"`lab/results/{s}`" for s in dict.fromkeys(self.sources))
         return markdown(header, body) + f"\n\nSource: {where} (rendered by `mmstack_lab.docs.render_docs`)."
 
 
@@ -121,7 +124,7 @@ class Value:
         return fmt(self.compute(doc) if self.compute else get(doc, self.path), self.spec)
 
 
-# -- the H200 runs (issue 8) ------------------------------------------------------------------------
+# -- build.sh outside conda on the H200 (lab/results/h200/run1-before-fix, run2-fixed) ------------------------------------------------------------------------
 
 H200 = {"run 1": "h200/run1-before-fix", "run 2": "h200/run2-fixed"}
 
@@ -675,6 +678,62 @@ def _fatbin_compress(docs) -> tuple[list[str], list[list[object]]]:
     return ["unit", "config", "CPU s", "object bytes", "device code bytes", "× `9.0` compress-all", "size / compress-all"], rows
 
 
+# -- the current numbers (docs/performance.md): the newest run of each build, package and op ------------
+
+# (run, build tag): the newest build of each kind, with the flags build.sh gives it today
+CURRENT_BUILDS = (("recipe-run9", "sm90"), ("recipe-fat2", "fat"), ("recipe-run5", "ptx"),
+                  ("recipe-run9", "noarch"), ("recipe-run9", "mmdet"))
+# (run, conda_sizes file): the newest measured package of each arch set, both with `--compress-mode=size`
+CURRENT_SIZES = (("recipe-run9", "conda_sizes_sm90.json"), ("recipe-fat2", "conda_sizes.json"))
+
+
+def _current_builds(docs) -> tuple[list[str], list[list[object]]]:
+    """One row per CURRENT_BUILDS entry (docs: their summary.json files, in that order)."""
+    rows = []
+    for (run, tag), d in zip(CURRENT_BUILDS, docs, strict=True):
+        b = d["builds"][tag]
+        c = b.get("compile") or {}
+        longest = c.get("longest_unit")
+        rows.append([_RECIPE_ARCH.get(tag, tag), run, fmt(b.get("command_wall_s"), "{:.0f} s"),
+                     fmt(b.get("command_cpu_s"), "{:,.0f}"), fmt(c.get("units"), "{}"),
+                     f"`{longest['unit']}` {longest['s']:.0f} s" if longest else MISSING,
+                     fmt(c.get("span_s"), "{:.0f} s"), fmt(c.get("span_over_limit"), "{:.3f}×"),
+                     fmt(b.get("sandbox_test_s"), "{:.0f} s"), fmt(c.get("cores"), "{}")])
+    return ["build", "run", "`mmstack build` wall", "CPU-s", "compile units", "longest unit", "compile span",
+            "span / parallel limit", "sandbox tests", "cores"], rows
+
+
+def _current_sizes(docs) -> tuple[list[str], list[list[object]]]:
+    """One row per CURRENT_SIZES entry (docs: their conda_sizes files): where the package's bytes are."""
+    base = docs[0]["packages"][0]["conda_bytes"]
+    rows = []
+    for (run, _), d in zip(CURRENT_SIZES, docs, strict=True):
+        pkg = d["packages"][0]
+        archs = pkg.get("stored_by_arch") or {}
+        rows.append([f"`{pkg['file']}`", run, _mb(pkg["conda_bytes"]), f"{pkg['conda_bytes'] / base:.2f}×",
+                     _mb(pkg["pkg_uncompressed_bytes"]), _mb(pkg["ext_bytes"]), _mb(pkg["nv_fatbin_bytes"]),
+                     ", ".join(f"{a} {_mb(archs[a])}" for a in sorted(archs, key=lambda a: tuple(map(int, a.split("."))))) or MISSING])
+    return ["package", "run", ".conda", "× sm_90", "installed", "`_ext`", "device code in `_ext`",
+            "device code per SASS target"], rows
+
+
+# (run, build tag): the newest installed-prefix ladder of each kind of CUDA build
+CURRENT_LADDERS = (("recipe-run9", "sm90"), ("recipe-run5", "ptx"))
+
+
+def _current_ladders(docs) -> tuple[list[str], list[list[object]]]:
+    """`mmstack verify --expect-gpu --levels L1..L5` in a prefix installed from the channel: seconds per level."""
+    rows = []
+    for (run, tag), d in zip(CURRENT_LADDERS, docs, strict=True):
+        r = (d.get("installed_prefix_ladder") or {}).get(tag) or {}
+        levels = r.get("levels") or {}
+        rows.append([_RECIPE_ARCH.get(tag, tag), run,
+                     *(f"{levels[lv]['status']} {levels[lv]['seconds']:.1f} s" if lv in levels else MISSING
+                       for lv in ("L1", "L2", "L3", "L4", "L5")),
+                     fmt(r.get("seconds"), "{:.1f} s")])
+    return ["build", "run", "L1", "L2", "L3", "L4", "L5", "all"], rows
+
+
 def _cpu_detector(docs) -> tuple[list[str], list[list[object]]]:
     d = docs[0]
     rows = []
@@ -705,6 +764,10 @@ def _checkpoints(docs) -> tuple[list[str], list[list[object]]]:
 
 
 TABLES: dict[str, Table] = {
+    "build-time": Table(sources=[f"h200/{r}/summary.json" for r, _ in CURRENT_BUILDS], build=_current_builds),
+    "package-size": Table(sources=[f"h200/{r}/{f}" for r, f in CURRENT_SIZES], build=_current_sizes),
+    "verify-time": Table(sources=[f"h200/{r}/summary.json" for r, _ in CURRENT_LADDERS], build=_current_ladders),
+    "ops-now": Table(sources=["h200/recipe-run6/ops_full_sm90.json"], build=_ops_full),
     "h200-checkpoints": Table(sources=["h200/ckpt-run1/verify_l6_sm90.json"], build=_checkpoints),
     "h200-machine": Table(sources=[f"{d}/doctor_sm90.json" for d in H200.values()], build=_h200_machine),
     "h200-build": Table(sources=[f"{d}/{f}" for d in H200.values() for f in ("build_time_sm90.json", "units_sm90.json")],
@@ -1076,8 +1139,14 @@ def _gpus_md() -> str:
 WHOLE: dict[str, Callable[[], str]] = {"gpus.md": _gpus_md}
 
 
+def history() -> list[Path]:
+    """The run READMEs under lab/results: what each run found, in its own words and rendered tables."""
+    return sorted(RESULTS.glob("**/README.md"))
+
+
 def docs(root: Path = DOCS) -> list[Path]:
-    return sorted(root.glob("*.md"))
+    """The pages rendered: root's *.md, and for docs/ the run READMEs of lab/results too."""
+    return sorted(root.glob("*.md")) + (history() if root == DOCS else [])
 
 
 def rendered(path: Path) -> str:
@@ -1094,11 +1163,11 @@ def stale(root: Path = DOCS) -> list[Path]:
 
 
 def unused(root: Path = DOCS) -> list[str]:
-    """Tables and values defined here that no doc shows."""
+    """Tables, values and pictures defined here that no page (docs/*.md, a run README) shows."""
     text = "".join(p.read_text() for p in docs(root))
     return ([n for n in TABLES if f"<!-- results:{n} -->" not in text]
             + [n for n in VALUES if f"<!-- value:{n} -->" not in text]
-            + [n for n in PLOTS if f"(img/{n}.png)" not in text])
+            + [n for n in PLOTS if f"img/{n}.png)" not in text])
 
 
 def main(argv: list[str] | None = None) -> int:
