@@ -45,12 +45,12 @@ def recorded() -> list[tuple[float, str, str]]:
 
 
 def replay(display) -> tuple[progress.BuildWatch, list[progress.Snapshot], Clock]:
-    """Feed the log through recipes._Callback (as a build does); a snapshot after every line."""
+    """Feed the log through recipes.EngineEvents (as a build does); a snapshot after every line."""
     clock = Clock()
     rows = recorded()
     clock.now = rows[0][0]
     watch = progress.BuildWatch(display, clock=clock)
-    callback = recipes._Callback(lambda _m: None, None, watch)
+    callback = recipes.EngineEvents(lambda _m: None, None, watch)
     watch.start(NAME)
     snaps = []
     for t, level, message in rows:
@@ -109,7 +109,7 @@ def test_plain_lines_come_at_most_every_30_seconds():
     clock.now = rows[0][0]
     clock_ref.append(clock)
     watch = progress.BuildWatch(display, clock=clock)
-    callback = recipes._Callback(lambda _m: None, None, watch)
+    callback = recipes.EngineEvents(lambda _m: None, None, watch)
     watch.start(NAME)
     for t, level, message in rows:
         clock.now = t

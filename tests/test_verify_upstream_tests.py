@@ -100,7 +100,7 @@ def test_several_folders_run_in_one_session(tmp_path):
 
 
 def test_the_build_picks_result_lines_out_of_the_log():
-    cb = recipes._Callback(lambda _m: None)
+    cb = recipes.EngineEvents(lambda _m: None)
 
     class Event:
         level = "info"

@@ -183,6 +183,22 @@ def build(
                                    quiet=quiet))
 
 
+@app.command("test")
+def test_(
+    package: list[Path] = typer.Argument(..., parser=_raw_path, help="Package file(s) to test (.conda), e.g. built with `build --no-test`."),
+    channel: Path = typer.Option(Path("channel"), "--channel", parser=_raw_path, callback=_not_empty, help="Local channel with the packages' siblings (used if it exists)."),
+    source_channel: list[str] | None = typer.Option(None, "--source-channel", help="Where dependencies come from (repeatable; default: conda-forge)."),
+    log: Path | None = typer.Option(None, "--log", parser=_raw_path, callback=_not_empty, help="Also write rattler-build's full test output to this file."),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress line (the test running) on stderr."),
+    json: bool = JSON,
+) -> None:
+    """Run a built package's own test section on this machine (build on CPUs, test on the GPU)."""
+    from mmstack.commands.build_cmds import run_test_cmd
+
+    raise typer.Exit(run_test_cmd(packages=package, channel=channel, extra_channels=source_channel, as_json=json,
+                                  log=log, quiet=quiet))
+
+
 channel_app = typer.Typer(no_args_is_help=True, help="Local conda channels.")
 app.add_typer(channel_app, name="channel")
 

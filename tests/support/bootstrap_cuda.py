@@ -141,8 +141,23 @@ def find_toolkit() -> Path:
         raise BootstrapUnavailable("no nvcc on PATH and no $CUDA_HOME/bin/nvcc")
     root = Path(nvcc).resolve().parent.parent
     if not (root / TARGETS / "include" / "cuda_runtime.h").is_file():
+        # nvcc on PATH may be a wrapper script (this development machine's /usr/local/bin/nvcc
+        # execs /usr/local/cuda-13.0/bin/nvcc): nvcc's dry run names the directory it runs from
+        root = _nvcc_home(nvcc) or root
+    if not (root / TARGETS / "include" / "cuda_runtime.h").is_file():
         raise BootstrapUnavailable(f"{root} has no {TARGETS}/include/cuda_runtime.h")
     return root
+
+
+def _nvcc_home(nvcc: str) -> Path | None:
+    """The toolkit root of the nvcc a wrapper runs, from `nvcc --dryrun`'s `_HERE_` line."""
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "probe.cu"
+        src.write_text("")
+        out = subprocess.run([nvcc, "--dryrun", "-c", str(src), "-o", str(Path(tmp) / "probe.o")],
+                             capture_output=True, text=True)
+    m = re.search(r"^#\$ _HERE_=(.+)$", out.stdout + out.stderr, re.M)
+    return Path(m.group(1).strip()).resolve().parent if m else None
 
 
 # ---------------------------------------------------------------------------------------------

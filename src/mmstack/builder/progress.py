@@ -1,6 +1,6 @@
 """Build progress from rattler-build's log lines: what a build is doing, as one line.
 
-Every line rattler-build logs passes through `BuildWatch.log` (recipes._Callback.on_log). The
+Every line rattler-build logs passes through `BuildWatch.log` (recipes.EngineEvents.on_log). The
 reader (`LogReader`) keeps what the lines say: ninja's `[N/M]` counts while the extension
 compiles, which test command runs in the sandbox (the ladder's levels, an upstream pytest path
 and pytest's `[ 23%]`). Ninja prints a unit when it finishes (outside a terminal ninja has no

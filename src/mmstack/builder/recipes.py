@@ -178,12 +178,12 @@ def run_build(
     rendered = unique
 
     channel_path = Path(channel_dir).expanduser().resolve()
-    channels = [_as_channel(c) for c in extra_channels]
+    channels = [as_channel_url(c) for c in extra_channels]
     if channel_path.is_dir():
         channels.insert(0, channelmod.ensure_channel(channel_path).as_uri())
     tool = ToolConfiguration(test_strategy="native" if test else "skip", keep_build=keep_build)
     log_fh = open(log_file, "a", encoding="utf-8") if log_file else None
-    callback = _Callback(say, log_fh, watch)
+    callback = EngineEvents(say, log_fh, watch)
 
     out = Path(tempfile.mkdtemp(prefix="mmstack-build-", dir=work_dir))
     built: list[tuple[Path, Any, float, tuple[dict, ...]]] = []  # (package, BuildResult, seconds, test results)
@@ -371,7 +371,7 @@ def _matches(variant: Mapping[str, object], select: Mapping[str, object]) -> boo
     return all(str(variant[k]) == str(v) for k, v in select.items() if k in variant)
 
 
-def _as_channel(c: str | os.PathLike[str]) -> str:
+def as_channel_url(c: str | os.PathLike[str]) -> str:
     text = os.fspath(c)
     if "://" in text or not (os.sep in text or Path(text).exists()):
         return text  # a URL or a channel name like conda-forge
@@ -453,7 +453,7 @@ def _explain_solve(log: list[str]) -> tuple[list[str], list[str], str] | None:
 _TEST_LOG = re.compile(r"(?i)tests? passed|test failed|Running .*test|Testing ")
 
 
-class _Callback:
+class EngineEvents:
     """rattler-build progress events as one-line messages (all of them to `log`, if given)."""
 
     def __init__(self, say: Progress, log=None, watch: BuildWatch | None = None):

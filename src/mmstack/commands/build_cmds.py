@@ -1,4 +1,4 @@
-"""`mmstack build` and `mmstack channel index`."""
+"""`mmstack build`, `mmstack test` and `mmstack channel index`."""
 
 from __future__ import annotations
 
@@ -85,6 +85,47 @@ def run_build_cmd(*, root: Path, channel: Path, env: str | None, build_all: bool
                 report.info(f"  skipped {item['tests']}: {item['reason']}")
     report.info(install_hint(channel, [b.name for b in built]))
     return 0
+
+
+def run_test_cmd(*, packages: list[Path], channel: Path, extra_channels: list[str] | None, as_json: bool,
+                 log: Path | None = None, quiet: bool = False) -> int:
+    """Run each package file's own test section (built with --no-test, or elsewhere) on this machine.
+
+    Dependencies come from `channel` (the packages' own channel: mmstack, mmengine, ...) where it
+    exists, then the source channels. Exit 0 when every test of every package passed, 1 if one
+    failed (its last error line and a log file named), 2 for a file that is not a package.
+    """
+    from mmstack.builder.tester import open_package, run_package_tests
+
+    for path in packages:
+        open_package(path)  # bad input before any network probe or test environment
+    sources = tuple(extra_channels or DEFAULT_CHANNELS)
+    require_reachable(sources, option="--source-channel")
+    channels = ([channel] if channel.is_dir() else []) + list(sources)
+    watch = None if quiet else progressmod.for_stderr(report.err_console(), report.info, tty=report.err_console().is_terminal)
+    if watch:
+        watch.run_ticker()
+    tested = []
+    try:
+        for path in packages:
+            tested.append(run_package_tests(path, channels=channels, progress=report.info, log_file=log, watch=watch))
+    finally:
+        if watch:
+            watch.close()
+    ok = all(t.ok for t in tested)
+    if as_json:
+        report.print_json({"passed": ok, "channels": [str(c) for c in channels],
+                           "packages": [t.as_dict() for t in tested]})
+        return 0 if ok else 1
+    rows = [(t.name, t.version, t.build_string, f"{sum(t.passed)}/{len(t.passed)}", f"{t.seconds:.0f}s",
+             "PASS" if t.ok else "FAIL") for t in tested]
+    report.print_table(["package", "version", "build", "tests", "time", "result"], rows, title="tested on this machine")
+    for t in tested:
+        for doc in t.test_results:
+            report.info(f"{t.name} {t.build_string}: {describe_result(doc)}")
+        if not t.ok:
+            report.info(f"{t.name} {t.build_string}: FAILED: {t.failure}" + (f" (full output: {t.log_file})" if t.log_file else ""))
+    return 0 if ok else 1
 
 
 def install_hint(channel: Path, names: list[str]) -> str:
