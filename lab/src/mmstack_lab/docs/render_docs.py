@@ -1031,10 +1031,12 @@ VALUES: dict[str, Value] = {
     "cpu-fat-cf-extra-share": Value("cpu-dev/fatbin_compress.json", compute=lambda d: _range(
         (b.get("11.0", 0) + b.get("12.0 ptx", 0)) / sum(b.values())
         for b in (r["fat+cmp"]["fatbin_by_arch"] for r in d["units"].values()))),
+    "cpu-ccache-recipe-warm-ratio": Value("cpu-dev/ccache_recipe.json", spec="{:.2f}", compute=lambda d: (
+        next(b for b in d["builds"] if b["build"] == "warm")["wall_s"] / next(b for b in d["builds"] if b["build"] == "cold")["wall_s"])),
     "cpu-ci-run-min": Value("cpu-dev/ci_run.json", compute=lambda d: d["wall_s"] / 60, spec="{:.0f}"),
     "cpu-ci-pytest-passed": Value("cpu-dev/ci_run.json", "pytest.passed"),
     "cpu-fast-suite-s": Value("cpu-dev/fast_suite.json", "wall_s", spec="{:.0f}"),
-    "h200-upstream-sandbox": Value("h200/recipe-run3/build_sm90.json", compute=lambda d: _upstream(
+    "h200-upstream-sandbox": Value("h200/recipe-run9/build_sm90.json", compute=lambda d: _upstream(
         {"packages": d["packages"]})),
     "h200-ops-repeats": Value("h200/run2-fixed/ops_sm90.json", "repeats"),
     "h200-ops-iters": Value("h200/run2-fixed/ops_sm90.json", "iters"),
