@@ -26,7 +26,7 @@ ALLOWED = {
 }
 # run by path in a child interpreter where mmstack may not be importable: stdlib (+ torch, mmcv, ...
 # imported inside functions) only, never mmstack
-CHILD_SCRIPTS = ["verify/_ladder_child.py", "verify/_ladder_ops.py", "verify/train_detector.py",
+CHILD_SCRIPTS = ["verify/_ladder_child.py", "verify/_ladder_ops.py", "verify/levels.py", "verify/train_detector.py",
                  "verify/dist_worker.py", "verify/toy_model.py", "verify/checkpoint_cycle.py", "facts/elf.py"]
 
 
@@ -91,6 +91,42 @@ def test_child_scripts_import_no_mmstack(rel):
     path = PKG / rel
     assert path.is_file(), f"{rel} moved: update the path constants that run it and this list"
     assert _imported(path) == []
+
+
+# -- the ladder's levels are spelled in one table (verify/levels.py), read by both processes --------
+
+LEVEL_TABLE = "verify/levels.py"
+_LEVEL_ID = re.compile(r"^L[1-9](?:-[\w-]+)?$")  # a level or a part: "L3", "L3-info"
+
+
+def level_tables(path: Path) -> list[str]:
+    """Tuples, lists, sets and dict keys that spell two or more levels or parts: a second table."""
+    bad = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Tuple | ast.List | ast.Set):
+            elts = node.elts
+        elif isinstance(node, ast.Dict):
+            elts = [k for k in node.keys if k is not None]
+        else:
+            continue
+        ids = sorted({e.value for e in elts if isinstance(e, ast.Constant) and isinstance(e.value, str)
+                      and _LEVEL_ID.match(e.value)})
+        if len(ids) >= 2:
+            bad.append(f"{node.lineno}: {', '.join(ids)}")
+    return bad
+
+
+@pytest.mark.parametrize("path", [p for p in _modules() if str(p.relative_to(PKG)) != LEVEL_TABLE],
+                         ids=lambda p: str(p.relative_to(PKG)))
+def test_levels_are_spelled_only_in_the_level_table(path):
+    assert level_tables(path) == [], f"{path.relative_to(PKG)} spells levels beside {LEVEL_TABLE} (read them from it)"
+
+
+def test_the_level_table_rule_bites(tmp_path):
+    assert level_tables(PKG / LEVEL_TABLE)  # the table itself is what the rule sees
+    x = tmp_path / "x.py"
+    x.write_text('NEEDS = {"L2": "L1", "L3": "L1"}\nparts = ("L3", "L3-info")\none = ["L4"]\nif lv == "L5": pass\n')
+    assert level_tables(x) == ["1: L2, L3", "2: L3, L3-info"]
 
 
 def test_the_checker_sees_a_backwards_import(tmp_path):

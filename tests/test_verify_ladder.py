@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import importlib.machinery
+import importlib.util
 import json
 import os
 import shutil
@@ -15,6 +16,7 @@ import pytest
 
 from mmstack.verify import ladder
 from mmstack.verify.ladder import decide_cuda, parse_levels
+from mmstack.verify.levels import L4_SETS
 
 ROOT = Path(__file__).resolve().parents[1]
 FAULTS = ROOT / "tests" / "data" / "faults"
@@ -52,9 +54,10 @@ def test_cpu_ladder_passes_on_a_real_mmcv(real_mmcv_python):
     assert l3["info"]["compiler"] and "collect_env" in l3["info"]
     assert not l3["load"].get("missing_libraries"), l3["load"]
     assert any("libc10" in name for name in l3["load"]["needed"])  # DT_NEEDED read from the ELF
-    l4 = out["L4"]["evidence"]
-    for op in ("roi_align", "nms", "box_iou_rotated", "deform_conv", "points_in_boxes"):
-        assert "error" not in l4[op] and "known" in str(l4[op]), op
+    l4 = {r["op"]: r for r in out["L4"]["evidence"]["ops"]}
+    assert list(l4) == list(L4_SETS["quick"])  # quick: a named subset of the complete checks
+    for op, r in l4.items():
+        assert r["status"] == "pass" and "known-values" in r["references"], (op, r)
     losses = out["L5"]["evidence"]["losses"]
     assert losses[-1] < losses[0]
 
@@ -112,8 +115,9 @@ def test_no_kernel_image_is_an_L4_fail_naming_the_arch_fix():
     assert out["L3"]["status"] == "PASS", out["L3"]
     l4 = out["L4"]
     assert l4["status"] == "FAIL" and "no kernel image" in l4["reason"]
-    assert l4["evidence"]["step"] == "points_in_boxes"  # every op was tried, each error kept
-    assert "no kernel image" in l4["evidence"]["roi_align"]["error"]
+    ops = {r["op"]: r for r in l4["evidence"]["ops"]}
+    assert list(ops) == list(L4_SETS["quick"]) and l4["evidence"]["mode"] == "quick"  # every op was tried
+    assert all(r["status"] == "fail" and "no kernel image" in r["reason"] for r in ops.values())  # each error kept
     assert l4["diagnosis"]["rule"] == "no-kernel-image"
     assert "TORCH_CUDA_ARCH_LIST" in l4["diagnosis"]["fix"]
     assert out["L5"]["status"] == "NOT RUN"
@@ -233,6 +237,23 @@ def test_ladder_imports_with_the_stdlib_alone():
     proc = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
     assert proc.returncode == 0, proc.stderr
+
+
+def test_both_processes_read_one_level_table():
+    """levels.py is the one table: the child runs a function for each of its parts (and doctor's
+    fingerprint), and the parent's names are the table's."""
+    from mmstack.verify import levels
+
+    spec = importlib.util.spec_from_file_location("_ladder_child_under_test", ladder.CHILD)
+    child = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(child)
+    assert set(child.RUNNERS) == {"doctor", *levels.all_parts()}  # a part without its function fails the import
+    assert child.RUNNERS["L3-info"] is child.level_l3_info and child.RUNNERS["doctor"] is child.fingerprint
+    assert child.LEVEL_TABLE.L4_SETS == levels.L4_SETS
+    assert (ladder.LEVELS, ladder.TITLES, ladder.NEEDS, ladder.PARTS) == (levels.LEVELS, levels.TITLES, levels.NEEDS,
+                                                                          levels.PARTS)
+    assert [levels.level_of(p) for p in levels.all_parts()] == ["L1", "L2", "L3", "L3", "L4", "L5", "L5", "L6"]
+    assert set(levels.OPTIONAL_PARTS) <= set(levels.all_parts()) and set(levels.EXTENDED_BY) >= set(levels.OPTIONAL_PARTS.values())
 
 
 def test_child_entry_imports_only_stdlib_torch_and_mmcv():

@@ -114,25 +114,39 @@ def test_a_wrong_result_fails_L4_and_names_the_op(real_mmcv_python, op, referenc
 # -- L4's text (issue 17) -------------------------------------------------------------------------
 
 
+def test_quick_is_a_named_subset_of_the_complete_checks():
+    """One list of checks: the level table's quick set names ops of _ladder_ops.CHECKS, and plan()
+    runs exactly those, in CHECKS' order, whether the installed mmcv exports them or not."""
+    from mmstack.verify.levels import L4_SETS
+
+    ops = load_ops()
+    quick = L4_SETS["quick"]
+    assert set(L4_SETS) == set(ladder.L4_MODES) and L4_SETS["complete"] is None
+    assert set(quick) <= {c[0] for c in ops.CHECKS}
+    todo, unknown, owner = ops.plan(["nms", "roi_align", "RoIAlign", "knn", "brand_new_op"], only=quick)
+    assert [t[0] for t in todo] == [c[0] for c in ops.CHECKS if c[0] in quick] and unknown == []
+    assert owner == {"roi_align": "roi_align", "RoIAlign": "roi_align", "nms": "nms"}
+    with pytest.raises(KeyError, match="no_such_op"):
+        ops.plan([], only=("nms", "no_such_op"))
+
+
 def test_quick_text_names_what_each_op_was_compared_with():
-    no_tv = {"device": "cpu", "torchvision": "torchvision not importable (ModuleNotFoundError: x)",
-             "roi_align": {"known": 0.0}, "nms": {"known": [3, 2], "kept": 80},
-             "box_iou_rotated": {"known": 0.0}, "deform_conv": {"known_zero_offset": 0.0, "known_shift": 0.0},
-             "points_in_boxes": {"known": "exact"}}
+    no_tv = {"device": "cpu", "torchvision": "torchvision not importable (ModuleNotFoundError: x)", "mode": "quick",
+             "exported": 124, "ops": [
+                 {"op": "roi_align", "status": "pass", "reference": "known-values", "references": ["known-values"]},
+                 {"op": "deform_conv2d", "status": "pass", "reference": "torch", "references": ["torch", "known-values"]}]}
     text = ladder.l4_text(no_tv)
-    assert text.startswith("5 ops on cpu: roi_align (known values); nms (known values)")
-    assert "deform_conv (known values)" in text
-    assert "torchvision" not in text.replace("torchvision not importable", "") and "CPU kernel" not in text
-    gpu = {"device": "cuda", "torchvision": "0.20.1",
-           "roi_align": {"known": 0.0, "vs_cpu": 0.0, "vs_torchvision": 0.0},
-           "nms": {"known": [3, 2], "vs_cpu": "same set", "vs_torchvision": "same set"},
-           "box_iou_rotated": {"known": 0.0, "vs_cpu": 1e-7},
-           "deform_conv": {"known_zero_offset": 0.0, "vs_cpu": 0.0, "vs_torchvision": 0.0},
-           "points_in_boxes": {"known": "exact", "vs_cpu": "exact"}}
+    assert text.startswith("2 ops (the quick set) on cpu: 2 compared, 0 run-only, 0 skipped. "
+                           "Compared: roi_align (known-values); deform_conv2d (torch, known-values)")
+    assert text.endswith("; torchvision not importable") and "CPU kernel" not in text
+    gpu = {**no_tv, "device": "cuda", "torchvision": "0.20.1", "ops": [
+        {"op": "roi_align", "status": "pass", "reference": "cpu-kernel",
+         "references": ["cpu-kernel", "torchvision", "known-values"]},
+        {"op": "box_iou_rotated", "status": "pass", "reference": "cpu-kernel", "references": ["cpu-kernel", "known-values"]}]}
     text = ladder.l4_text(gpu)
-    assert "roi_align (known values, CPU kernel, torchvision)" in text
-    assert "box_iou_rotated (known values, CPU kernel);" in text  # torchvision has no rotated IoU
-    assert "points_in_boxes (known values, CPU kernel)" in text and "not importable" not in text
+    assert "roi_align (cpu-kernel, torchvision, known-values)" in text
+    assert "box_iou_rotated (cpu-kernel, known-values)" in text  # torchvision has no rotated IoU
+    assert "not importable" not in text
 
 
 def test_complete_text_and_coverage_from_records():

@@ -1,10 +1,12 @@
 """The ladder's child process: stdlib + torch + mmcv only.
 
-`ladder.py` runs this file by path with the interpreter under test, so it must not import mmstack
+`launcher.py` runs this file by path with the interpreter under test, so it must not import mmstack
 (the environment being verified may not have it):
 
-    python -c <boot> /path/to/_ladder_child.py ladder RESULT_FILE OPTIONS_JSON   (the levels, in order)
-    python -c <boot> /path/to/_ladder_child.py MODE RESULT_FILE [OPTIONS_JSON]   (one mode: doctor, ...)
+    python -c <boot> /path/to/_ladder_child.py ladder RESULT_FILE OPTIONS_JSON   (the parts, in order)
+
+The parts are the level table's (levels.py, loaded by path: each part is one function of RUNNERS)
+and "doctor" (`mmstack doctor`'s fingerprint).
 
 It appends JSON lines to RESULT_FILE as it goes: {"step": name} before each risky call,
 {"evidence": {...}} after, {"error": "..."} on a failure it survives, {"done": true} at the end;
@@ -12,7 +14,8 @@ in ladder mode each record also names its part, which starts with {"start": time
 "parts", "needs", "failed", "part_opts"). A segfault or a hang therefore still leaves the part and
 step it died in and everything learnt before; the parent goes on with the next parts in a fresh
 child. faulthandler prints the Python stack of a crash to stderr, which the parent keeps.
-L4's complete mode loads _ladder_ops.py (beside this file) by path.
+L4 loads _ladder_ops.py (beside this file) by path and runs its checks: every one ("complete") or
+the subset the level table names for the mode ("quick").
 """
 
 from __future__ import annotations
@@ -22,7 +25,6 @@ import faulthandler
 import importlib
 import importlib.util
 import json
-import math
 import os
 import re
 import sys
@@ -33,13 +35,21 @@ faulthandler.enable()
 OPS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_ladder_ops.py")
 ELF_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "facts", "elf.py")
 TOY_MODEL_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "toy_model.py")  # L5 and dist_worker.py
+LEVELS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "levels.py")  # the level table
 
-# Tolerances. Each op is checked against hand-computed values, against mmcv's CPU kernel when
-# it ran on the GPU, and against torchvision's op where it has one. On an H200 mmcv's roi_align
-# and deform_conv equal torchvision's bit for bit; float32 accumulation order may differ
-# elsewhere, so allow a few ulps of the values involved.
-ATOL = 1e-5
-RTOL = 1e-5
+
+def _load_by_path(name: str, path: str | os.PathLike[str]):
+    """A module from a file (mmstack itself need not be importable in the child)."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod  # dataclasses look their module up there
+    spec.loader.exec_module(mod)
+    return mod
+
+
+LEVEL_TABLE = _load_by_path("_mmstack_levels", LEVELS_FILE)
 
 
 class _Out:
@@ -288,23 +298,6 @@ def level_l3_info(out: _Out, opts: dict) -> None:
 # -- L4: ops against known values, the CPU kernel and torchvision ---------------------------------
 
 
-class Mismatch(AssertionError):
-    pass
-
-
-def _close(name: str, got, want, atol: float = ATOL, rtol: float = RTOL) -> float:
-    import torch
-
-    got = got.detach().float().cpu()
-    want = torch.as_tensor(want, dtype=torch.float32).cpu()
-    if got.shape != want.shape:
-        raise Mismatch(f"{name}: mismatch: shape {tuple(got.shape)} != {tuple(want.shape)}")
-    err = float((got - want).abs().max()) if got.numel() else 0.0
-    if not torch.allclose(got, want, atol=atol, rtol=rtol):
-        raise Mismatch(f"{name}: mismatch: max |diff| {err:.3g} > atol {atol:g} + rtol {rtol:g}")
-    return err
-
-
 def _torchvision():
     try:
         import torchvision.ops as tvops
@@ -312,139 +305,6 @@ def _torchvision():
         return tvops, None
     except Exception as exc:  # noqa: BLE001 - optional comparison
         return None, f"torchvision not importable ({_exc(exc)})"
-
-
-def op_roi_align(dev, tv):
-    import torch
-    from mmcv.ops import roi_align
-
-    ev = {}
-    # Input value 4*y + x is linear, so bilinear sampling is exact and each bin's average is the
-    # value at the bin's centre: aligned=True shifts the roi by -0.5 px -> centres 0.5 and 2.5.
-    x = torch.arange(16, dtype=torch.float32).reshape(1, 1, 4, 4).to(dev)
-    rois = torch.tensor([[0.0, 0.0, 0.0, 4.0, 4.0]], device=dev)
-    got = roi_align(x, rois, (2, 2), 1.0, 2, "avg", True)
-    ev["known"] = _close("roi_align known", got, [[[[2.5, 4.5], [10.5, 12.5]]]])
-    g = torch.Generator().manual_seed(0)
-    feat = torch.rand(2, 3, 12, 12, generator=g)
-    xy = torch.rand(6, 2, generator=g) * 6
-    wh = torch.rand(6, 2, generator=g) * 5 + 1
-    boxes = torch.cat([torch.tensor([[0.0], [0.0], [0.0], [1.0], [1.0], [1.0]]), xy, xy + wh], 1)
-    out = roi_align(feat.to(dev), boxes.to(dev), (3, 3), 1.0, 2, "avg", True)
-    if dev != "cpu":
-        ev["vs_cpu"] = _close("roi_align vs cpu", out, roi_align(feat, boxes, (3, 3), 1.0, 2, "avg", True))
-    if tv:
-        ref = tv.roi_align(feat.to(dev), boxes.to(dev), (3, 3), 1.0, 2, True)
-        ev["vs_torchvision"] = _close("roi_align vs torchvision", out, ref.cpu())
-    return ev
-
-
-def op_nms(dev, tv):
-    import torch
-    from mmcv.ops import nms
-
-    ev: dict[str, object] = {}
-    # IoU(box0, box3) = 100/105, IoU(box1, box3) = 85.5/119.5: both go; box2 is apart.
-    boxes = torch.tensor([[0, 0, 10, 10], [1, 1, 11, 11], [20, 20, 30, 30], [0, 0, 10, 10.5]], dtype=torch.float32)
-    scores = torch.tensor([0.9, 0.8, 0.7, 0.95])
-    _, keep = nms(boxes.to(dev), scores.to(dev), 0.5)
-    if keep.cpu().tolist() != [3, 2]:
-        raise Mismatch(f"nms known: mismatch: kept {keep.cpu().tolist()}, expected [3, 2]")
-    ev["known"] = [3, 2]
-    g = torch.Generator().manual_seed(1)
-    xy = torch.rand(200, 2, generator=g) * 100
-    many = torch.cat([xy, xy + torch.rand(200, 2, generator=g) * 30 + 1], 1)
-    sc = torch.rand(200, generator=g)
-    _, k = nms(many.to(dev), sc.to(dev), 0.5)
-    kept = set(k.cpu().tolist())
-    ev["kept"] = len(kept)
-    if dev != "cpu":
-        _, kc = nms(many, sc, 0.5)
-        if set(kc.tolist()) != kept:
-            raise Mismatch(f"nms vs cpu: mismatch: {len(kept ^ set(kc.tolist()))} boxes differ")
-        ev["vs_cpu"] = "same set"
-    if tv:
-        kt = set(tv.nms(many.to(dev), sc.to(dev), 0.5).cpu().tolist())
-        if kt != kept:
-            raise Mismatch(f"nms vs torchvision: mismatch: {len(kept ^ kt)} boxes differ")
-        ev["vs_torchvision"] = "same set"
-    return ev
-
-
-def op_box_iou_rotated(dev, tv):
-    import torch
-    from mmcv.ops import box_iou_rotated
-
-    ev = {}
-    # A 2x2 square against: itself shifted by 1 (IoU 2/6), itself turned 90 degrees (1), and
-    # turned 45 degrees (the octagon: IoU exactly 1/sqrt(2)).
-    a = torch.tensor([[0.0, 0.0, 2.0, 2.0, 0.0]])
-    b = torch.tensor([[1.0, 0.0, 2.0, 2.0, 0.0], [0.0, 0.0, 2.0, 2.0, math.pi / 2], [0.0, 0.0, 2.0, 2.0, math.pi / 4]])
-    got = box_iou_rotated(a.to(dev), b.to(dev))
-    ev["known"] = _close("box_iou_rotated known", got, [[1 / 3, 1.0, 1 / math.sqrt(2)]], atol=1e-5)
-    if dev != "cpu":
-        g = torch.Generator().manual_seed(2)
-        r = torch.cat([torch.rand(30, 2, generator=g) * 20, torch.rand(30, 2, generator=g) * 8 + 1,
-                       torch.rand(30, 1, generator=g) * math.pi], 1)
-        ev["vs_cpu"] = _close("box_iou_rotated vs cpu", box_iou_rotated(r.to(dev), r.to(dev)),
-                              box_iou_rotated(r, r), atol=1e-4)
-    return ev
-
-
-def op_deform_conv(dev, tv):
-    import torch
-    from mmcv.ops import deform_conv2d
-
-    ev = {}
-    # 3x3 input 0..8, 2x2 ones kernel. Zero offsets are a plain convolution; an offset of +1 px
-    # in x shifts every sample right (samples at x == 3 fall outside and read 0).
-    x = torch.arange(9, dtype=torch.float32).reshape(1, 1, 3, 3).to(dev)
-    w = torch.ones(1, 1, 2, 2, device=dev)
-    zero = torch.zeros(1, 8, 2, 2, device=dev)
-    ev["known_zero_offset"] = _close("deform_conv known", deform_conv2d(x, zero, w), [[[[8, 12], [20, 24]]]])
-    shift = zero.clone()
-    shift[:, 1::2] = 1.0  # channels are (dy, dx) per kernel tap
-    ev["known_shift"] = _close("deform_conv known shift", deform_conv2d(x, shift, w), [[[[12, 7], [24, 13]]]])
-    g = torch.Generator().manual_seed(3)
-    inp = torch.rand(2, 4, 9, 9, generator=g)
-    weight = torch.rand(6, 4, 3, 3, generator=g) - 0.5
-    offset = (torch.rand(2, 18, 7, 7, generator=g) - 0.5) * 4
-    out = deform_conv2d(inp.to(dev), offset.to(dev), weight.to(dev))
-    if dev != "cpu":
-        ev["vs_cpu"] = _close("deform_conv vs cpu", out, deform_conv2d(inp, offset, weight), atol=1e-4)
-    if tv:
-        ref = tv.deform_conv2d(inp.to(dev), offset.to(dev), weight.to(dev))
-        ev["vs_torchvision"] = _close("deform_conv vs torchvision", out, ref.cpu(), atol=1e-4)
-    return ev
-
-
-def op_points_in_boxes(dev, tv):
-    import torch
-    from mmcv.ops import points_in_boxes_all, points_in_boxes_cpu
-
-    ev = {}
-    # One box centred at (0,0) with its bottom at z=0, 2x4x2, turned 90 degrees about z (so it
-    # spans 4 in x and 2 in y); a second box far away.
-    boxes = torch.tensor([[[0.0, 0.0, 0.0, 2.0, 4.0, 2.0, math.pi / 2], [10.0, 10.0, 0.0, 1.0, 1.0, 1.0, 0.0]]])
-    pts = torch.tensor([[[1.5, 0.0, 1.0], [0.0, 1.5, 1.0], [0.0, 0.0, 3.0], [10.2, 9.8, 0.5], [0.0, 0.0, 0.5]]])
-    want = [[[1, 0], [0, 0], [0, 0], [0, 1], [1, 0]]]
-    fn = points_in_boxes_cpu if dev == "cpu" else points_in_boxes_all
-    got = fn(pts.to(dev), boxes.to(dev))
-    if got.cpu().tolist() != want:
-        raise Mismatch(f"points_in_boxes known: mismatch: {got.cpu().tolist()} != {want}")
-    ev["known"] = "exact"
-    if dev != "cpu":
-        g = torch.Generator().manual_seed(4)
-        p = torch.rand(1, 500, 3, generator=g) * 10
-        b = torch.cat([torch.rand(1, 8, 3, generator=g) * 10, torch.rand(1, 8, 3, generator=g) * 3 + 0.5,
-                       torch.rand(1, 8, 1, generator=g) * math.pi], 2)
-        if fn(p.to(dev), b.to(dev)).cpu().tolist() != points_in_boxes_cpu(p, b).tolist():
-            raise Mismatch("points_in_boxes vs cpu: mismatch")
-        ev["vs_cpu"] = "exact"
-    return ev
-
-
-OPS = (op_roi_align, op_nms, op_box_iou_rotated, op_deform_conv, op_points_in_boxes)
 
 
 def _device(opts: dict) -> str:
@@ -457,47 +317,23 @@ def _device(opts: dict) -> str:
 
 
 def level_l4(out: _Out, opts: dict) -> None:
+    """The checks of _ladder_ops.py (loaded by path) in L4's mode: a named subset of them (the
+    level table's L4_SETS, e.g. "quick"), or every op the installed mmcv.ops exports ("complete")."""
     out.step("import torch")
     import torch
 
+    mode = opts.get("l4", "quick")
+    only = LEVEL_TABLE.L4_SETS[mode]
     dev = _device(opts)
     tv, why = _torchvision()
     out.evidence(device=dev, torchvision=getattr(sys.modules.get("torchvision"), "__version__", None) if tv else why,
-                 mode=opts.get("l4", "quick"))
+                 mode=mode)
     torch.manual_seed(0)
-    if opts.get("l4") == "complete":
-        return _l4_complete(out, dev, tv)
-    for fn in OPS:
-        name = fn.__name__[3:]
-        out.step(name)
-        try:
-            ev = fn(dev, tv)
-            if dev != "cpu":
-                torch.cuda.synchronize()
-            out.evidence(**{name: ev})
-        except Exception as exc:  # noqa: BLE001 - report every op, then fail the level
-            out.evidence(**{name: {"error": _exc(exc)}})
-            out.error(f"{name}: {_exc(exc)}")
-
-
-def _load_by_path(name: str, path: str | os.PathLike[str]):
-    """A module from a file (mmstack itself need not be importable in the child)."""
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot load {path}")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod  # dataclasses look their module up there
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def _l4_complete(out: _Out, dev: str, tv) -> None:
-    """Every op mmcv.ops exports (its __all__ read now), once: _ladder_ops.py, loaded by path."""
     out.step("load _ladder_ops.py")
     ops = _load_by_path("_mmstack_ladder_ops", OPS_FILE)
     out.step("import mmcv.ops")
     names = ops.exported_names()
-    todo, unknown, owner = ops.plan(names)
+    todo, unknown, owner = ops.plan(names, only=only)
     out.evidence(exported=len(names), exports=owner, unchecked_exports=unknown)
     records = []
     lost_to = None  # the op whose CUDA error poisoned this process's CUDA context
@@ -622,8 +458,10 @@ def fingerprint(out: _Out, opts: dict) -> None:
         out.evidence(mmcv_error=_exc(exc))
 
 
-LEVELS = {"doctor": fingerprint, "L1": level_l1, "L2": level_l2, "L3": level_l3, "L3-info": level_l3_info, "L4": level_l4, "L5": level_l5,
-          "L5-detector": level_l5_detector, "L6": level_l6}
+# The function that runs each part: the level table's parts, each by the function named after it
+# ("L3-info" -> level_l3_info), and `mmstack doctor`'s fingerprint.
+RUNNERS = {"doctor": fingerprint, **{part: globals()[f"level_{part.lower().replace('-', '_')}"]
+                                     for part in LEVEL_TABLE.all_parts()}}
 
 
 def run_parts(out: _Out, opts: dict) -> None:
@@ -643,7 +481,7 @@ def run_parts(out: _Out, opts: dict) -> None:
         start = time.perf_counter()
         ok = True
         try:
-            LEVELS[part](out, {**opts.get("common", {}), **opts.get("part_opts", {}).get(part, {})})
+            RUNNERS[part](out, {**opts.get("common", {}), **opts.get("part_opts", {}).get(part, {})})
         except BaseException as exc:
             ok = False
             out.put(error=_exc(exc), traceback=traceback.format_exc(limit=8))
@@ -657,20 +495,15 @@ def run_parts(out: _Out, opts: dict) -> None:
 
 
 def main(argv: list[str]) -> int:
-    level, result = argv[1], argv[2]
+    mode, result = argv[1], argv[2]
+    if mode != "ladder":
+        raise SystemExit(f"usage: _ladder_child.py ladder RESULT_FILE OPTIONS_JSON (got mode {mode!r})")
     opts = json.loads(argv[3]) if len(argv) > 3 else {}
     if "" in sys.path:  # a checkout's ./mmcv would shadow the installed package
         sys.path.remove("")
     out = _Out(result)
     start = time.perf_counter()
-    if level == "ladder":
-        run_parts(out, opts)
-        out.put(done=True, seconds=round(time.perf_counter() - start, 3))
-        return 0
-    try:
-        LEVELS[level](out, opts)
-    except BaseException as exc:  # noqa: BLE001 - report, do not crash the reporter
-        out.put(error=_exc(exc), traceback=traceback.format_exc(limit=8))
+    run_parts(out, opts)
     out.put(done=True, seconds=round(time.perf_counter() - start, 3))
     return 0
 

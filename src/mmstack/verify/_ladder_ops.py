@@ -1,4 +1,5 @@
-"""L4's complete mode: every op that `mmcv.ops` exports runs once on small inputs and is compared.
+"""L4's checks: every op that `mmcv.ops` exports runs once on small inputs and is compared ("complete");
+a mode of levels.L4_SETS runs a named subset of them ("quick").
 
 Loaded by path by `_ladder_child.py` (stdlib + torch + mmcv, torchvision when it imports; never
 mmstack). Each CHECKS entry covers one op and the names that export it (functional and module
@@ -1357,8 +1358,18 @@ def exported_names() -> list[str]:
     return list(getattr(mmcv.ops, "__all__", []))
 
 
-def plan(names: list[str]) -> tuple[list[tuple], list[str], dict]:
-    """The checks that cover `names`, names no check covers, and name -> op."""
+def plan(names: list[str], only: tuple[str, ...] | None = None) -> tuple[list[tuple], list[str], dict]:
+    """The checks that cover `names`, names no check covers, and name -> op.
+
+    `only` (a named subset of CHECKS' ops, levels.L4_SETS): those checks, in CHECKS' order, whether
+    `names` holds them or not (an op the installed mmcv lacks then fails on its import, as it
+    should), and no unknown names."""
+    if only is not None:
+        missing = sorted(set(only) - {entry[0] for entry in CHECKS})
+        if missing:
+            raise KeyError(f"no check for {missing} in _ladder_ops.CHECKS")
+        todo = [entry for entry in CHECKS if entry[0] in only]
+        return todo, [], {n: entry[0] for entry in todo for n in entry[1] if n in names}
     by_name = {n: entry for entry in CHECKS for n in entry[1]}
     todo, seen, unknown, owner = [], set(), [], {}
     for name in names:

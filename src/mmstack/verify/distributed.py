@@ -36,10 +36,9 @@ from typing import Any
 from mmstack.errors import BadInput
 from mmstack.verify.diagnose import DISTRIBUTED_RULES, NCCL_FIX
 from mmstack.verify.dist_worker import FAULT_ENV, MULTICAST_OFF
+from mmstack.verify.launcher import boot_command
 
 WORKER = Path(__file__).with_name("dist_worker.py")
-# Run the worker by path (as ladder.py runs its children) and drop argv[0]; run_path leaves sys.path alone.
-_BOOT = "import runpy,sys; p=sys.argv[1]; sys.argv=sys.argv[1:]; runpy.run_path(p, run_name='__main__')"
 
 __all__ = ["FAULT_ENV", "MULTICAST_OFF", "NCCL_ENV_TO_TRY", "NCCL_FIX", "diagnose", "launch_env",
            "run_distributed_step", "torchrun_cmd"]
@@ -70,7 +69,7 @@ def launch_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
 
 def torchrun_cmd(*, python: str, nproc: int, steps: int, out: Path, pg_timeout: float) -> list[str]:
     return [python, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-            "--no_python", python, "-c", _BOOT, str(WORKER),
+            "--no_python", *boot_command(python, WORKER),  # by path, as the ladder runs its child
             "--steps", str(steps), "--out", str(out), "--pg-timeout", f"{pg_timeout:g}"]
 
 

@@ -137,10 +137,12 @@ def _os_release() -> str:
 
 
 def fingerprint(*, python: str | None = None, timeout: float = 120.0) -> dict:
-    from mmstack.verify.ladder import _ext_listing, libstdcxx_linkage, run_child
+    from mmstack.verify.ladder import _ext_listing, libstdcxx_linkage
+    from mmstack.verify.launcher import run_parts
 
     gpus, source, notes = detect_gpus()
-    child = run_child("doctor", python=python or sys.executable, timeout=timeout)
+    runs, _ = run_parts(["doctor"], python=python or sys.executable, timeout=timeout)
+    child = runs["doctor"]
     py = dict(child.evidence)
     if not child.done:
         py["crash"] = {**child.failure(), "diagnosis_text": child.failure_text("doctor", timeout)}

@@ -1,17 +1,5 @@
-"""The verification ladder, L1..L5, run in ONE child process, level after level.
-
-    L1 import   `import mmcv`: version and location
-    L2 CUDA     GPU(s), driver vs torch's CUDA, ext archs (read from the .so) vs the GPU
-    L3 ops load mmcv._ext and mmcv.ops import, every DT_NEEDED library loads; then
-                get_compiler_version / get_compiling_cuda_version / collect_env (they segfault when
-                the ext and torch disagree on compiler/ABI)
-    L4 ops run  quick: roi_align, nms, box_iou_rotated, deform_conv, points_in_boxes against known
-                values, the CPU kernel and torchvision; complete (--l4 complete): every op that
-                mmcv.ops exports, each with what it was compared with (_ladder_ops.py)
-    L5 train    a few optimiser steps of a tiny DeformConv2d + RoIAlign model; the loss must fall
-    L6 checkpoints  that model (and --model's detectors) through mmengine's Runner: checkpoints saved,
-                loaded into a new model, resumed, tested and fine-tuned from, each in a fresh process
-                (checkpoint_cycle.py); an mmengine that cannot load its own checkpoints fails here
+"""The verification ladder, L1..L6 (levels.py: what each level proves, its parts and prerequisite),
+run by the parent here in ONE child process, level after level (launcher.py).
 
 The child journals each part's start, steps, evidence and result to a file as it goes. A crash
 (signal), a hang (per-part timeout) or an exception becomes that level's FAIL with a diagnosis from
@@ -22,12 +10,8 @@ stdlib alone: facts, arch and fatbin (pydantic) are imported only where L2 needs
 
 from __future__ import annotations
 
-import json
 import os
-import signal
-import subprocess
 import sys
-import tempfile
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -35,22 +19,15 @@ from pathlib import Path
 
 from mmstack.errors import BadInput
 from mmstack.verify.diagnose import Diagnosis, diagnose
+from mmstack.verify.launcher import CHILD, ChildRun, run_parts
+from mmstack.verify.levels import EXTENDED_BY, L4_MODES, L4_SETS, LEVELS, NEEDS, OPTIONAL_PARTS, PARTS, TITLES, level_of
 
-LEVELS = ("L1", "L2", "L3", "L4", "L5", "L6")
-L4_MODES = ("quick", "complete")
-TITLES = {"L1": "import", "L2": "CUDA", "L3": "ops load", "L4": "ops run", "L5": "train", "L6": "checkpoints"}
-NEEDS = {"L2": "L1", "L3": "L1", "L4": "L3", "L5": "L4", "L6": "L4"}
+__all__ = ["CHILD", "DEFAULT_TIMEOUT", "L4_MODES", "LEVELS", "NEEDS", "PARTS", "TITLES", "ChildRun", "LadderResult",
+           "LevelResult", "decide_cuda", "l4_coverage", "l4_text", "libstdcxx_linkage", "parse_levels", "run_ladder"]
+
 DEFAULT_TIMEOUT = 300.0
-CHILD = Path(__file__).with_name("_ladder_child.py")
 DETECTOR_MODULE = Path(__file__).with_name("train_detector.py")  # run by path in the child, like CHILD
 CHECKPOINT_MODULE = Path(__file__).with_name("checkpoint_cycle.py")  # L6, likewise
-# Run the child by path so the interpreter under test needs no mmstack; drop argv[0].
-_BOOT = "import runpy,sys; p=sys.argv[1]; sys.argv=sys.argv[1:]; runpy.run_path(p, run_name='__main__')"
-_TAIL_LINES = 25
-_POLL_S = 0.02
-# The parts of each level, in the order the child runs them (L5-detector only with --model).
-PARTS = {"L1": ("L1",), "L2": ("L2",), "L3": ("L3", "L3-info"), "L4": ("L4",), "L5": ("L5", "L5-detector"),
-         "L6": ("L6",)}
 
 
 def parse_levels(text: str | None) -> tuple[str, ...]:
@@ -66,241 +43,6 @@ def parse_levels(text: str | None) -> tuple[str, ...]:
             raise BadInput(f"--levels: unknown level {token!r} in {text!r}", fix="use L1..L6, e.g. --levels L1,L3,L4")
         wanted.append(token)
     return tuple(sorted(set(wanted)))
-
-
-# -- one child process ---------------------------------------------------------------------------
-
-
-@dataclass
-class ChildRun:
-    mode: str
-    returncode: int | None
-    seconds: float
-    timed_out: bool = False
-    done: bool = False
-    step: str | None = None
-    evidence: dict = field(default_factory=dict)
-    errors: list = field(default_factory=list)
-    output: str = ""
-    skipped: str | None = None  # ladder mode: the child did not run it (a prerequisite failed)
-    started: float | None = None  # ladder mode: time.time() when the part started
-
-    @property
-    def signal(self) -> str | None:
-        if self.returncode is not None and self.returncode < 0:
-            try:
-                return signal.Signals(-self.returncode).name
-            except ValueError:
-                return f"signal {-self.returncode}"
-        return None
-
-    @property
-    def ok(self) -> bool:
-        return self.returncode == 0 and self.done and not self.timed_out and not self.errors and not self.skipped
-
-    def apply(self, rec: dict) -> None:
-        """One journal record's step, evidence and error (what every child mode writes)."""
-        if "step" in rec:
-            self.step = rec["step"]
-        self.evidence.update(rec.get("evidence", {}))
-        if "error" in rec:
-            self.errors.append(rec["error"])
-            if "traceback" in rec:
-                self.evidence["traceback"] = rec["traceback"]
-
-    def tail(self, n: int = _TAIL_LINES) -> str:
-        return "\n".join(self.output.rstrip().splitlines()[-n:])
-
-    def failure(self) -> dict:
-        """What went wrong, for the evidence."""
-        info: dict[str, object] = {"step": self.step}
-        if self.timed_out:
-            info["timed_out"] = True
-        elif self.signal:
-            info["signal"] = self.signal
-        elif not self.done:
-            info["returncode"] = self.returncode
-        if self.errors:
-            info["error"] = self.errors[0] if len(self.errors) == 1 else self.errors
-        if self.timed_out or self.signal or not self.done:
-            info["output_tail"] = self.tail()
-        return info
-
-    def failure_text(self, level: str, timeout: float) -> str:
-        """The text `diagnose` matches: key=value lines, then the error (and stderr for a crash)."""
-        lines = [f"level={level}", f"step={self.step or '?'}"]
-        if self.signal:
-            lines[-1] += f" signal={self.signal}"
-        if self.timed_out:
-            lines.append(f"timeout={timeout:g}")
-        lines += [str(e) for e in self.errors]
-        if (self.signal or not self.done) and not self.timed_out:
-            lines.append(self.tail(8))
-        return "\n".join(lines)
-
-
-def run_child(mode: str, *, python: str, timeout: float, opts: dict | None = None,
-              env: dict | None = None) -> ChildRun:
-    """Run one child mode under `python`; never raises for what happens inside the child."""
-    with tempfile.TemporaryDirectory(prefix="mmstack-ladder-") as tmp:
-        result = Path(tmp) / "result.jsonl"
-        result.touch()
-        cmd = [python, "-c", _BOOT, str(CHILD), mode, str(result), json.dumps(opts or {})]
-        start = time.perf_counter()
-        timed_out = False
-        try:
-            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT, start_new_session=True, env=env)
-        except OSError as exc:
-            raise BadInput(f"cannot run {python}: {exc.strerror}", fix="pass a Python interpreter to --python") from None
-        try:
-            out, _ = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)  # the child's session: it and anything it started
-            except ProcessLookupError:
-                pass
-            out, _ = proc.communicate()
-        run = ChildRun(mode=mode, returncode=proc.returncode, seconds=round(time.perf_counter() - start, 3),
-                       timed_out=timed_out, output=out.decode("utf-8", "replace"))
-        for line in result.read_text(encoding="utf-8", errors="replace").splitlines():
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:  # a line cut short by the crash
-                continue
-            run.apply(rec)
-            run.done = run.done or bool(rec.get("done"))
-        return run
-
-
-def _journal(path: Path, pos: int, records: list) -> int:
-    """Append the complete JSON lines written since `pos`; return the new position."""
-    with open(path, "rb") as f:
-        f.seek(pos)
-        data = f.read()
-    end = data.rfind(b"\n") + 1
-    for line in data[:end].decode("utf-8", "replace").splitlines():
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:  # a line cut short by a crash
-            continue
-    return pos + end
-
-
-def _child_once(parts: list[str], *, python: str, timeout: float, opts: dict, env: dict | None,
-                failed: list[str], on_record=None) -> tuple[dict, dict]:
-    """One child for `parts` (in order): ({part: ChildRun} for each part it started or skipped,
-    {"parts", "seconds", "returncode", ...} about the process). The part it was in when it died or
-    hung gets the crash; parts it never reached are absent."""
-    runs: dict[str, ChildRun] = {}
-    with tempfile.TemporaryDirectory(prefix="mmstack-ladder-") as tmp:
-        journal, log = Path(tmp) / "journal.jsonl", Path(tmp) / "output.txt"
-        journal.touch()
-        child_opts = {**opts, "parts": parts, "failed": failed}
-        cmd = [python, "-c", _BOOT, str(CHILD), "ladder", str(journal), json.dumps(child_opts)]
-        start, wall0 = time.perf_counter(), time.time()
-        with open(log, "wb") as out:
-            try:
-                proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                        start_new_session=True, env=env)
-            except OSError as exc:
-                raise BadInput(f"cannot run {python}: {exc.strerror}", fix="pass a Python interpreter to --python") from None
-            records: list[dict] = []
-            pos, current, since, timed_out = 0, None, wall0, False
-            while True:
-                try:
-                    proc.wait(timeout=_POLL_S)
-                    break
-                except subprocess.TimeoutExpired:
-                    pass
-                seen = len(records)
-                pos = _journal(journal, pos, records)
-                for rec in records[seen:]:  # the timeout runs per part, from the part's start
-                    if on_record is not None:
-                        on_record(rec)
-                    if "start" in rec:
-                        current, since = rec["part"], rec["start"]
-                    elif rec.get("done") and rec.get("part") == current:
-                        current, since = None, time.time()
-                if time.time() - since > timeout:
-                    timed_out = True
-                    try:
-                        os.killpg(proc.pid, signal.SIGKILL)  # the child's session: it and anything it started
-                    except ProcessLookupError:
-                        pass
-                    proc.wait()
-                    break
-        seen = len(records)
-        _journal(journal, pos, records)
-        if on_record is not None:  # what the child wrote after the last poll (a fast level, the last one)
-            for rec in records[seen:]:
-                on_record(rec)
-        died_at = time.time()
-        output = log.read_text(encoding="utf-8", errors="replace")
-    info = {"parts": parts, "seconds": round(time.perf_counter() - start, 3), "returncode": proc.returncode,
-            "timed_out": timed_out}
-    for rec in records:
-        part = rec.get("part")
-        if part is None:
-            continue
-        run = runs.get(part)
-        if run is None:
-            run = runs[part] = ChildRun(mode=part, returncode=None, seconds=0.0)
-        if "skipped" in rec:
-            run.skipped = rec["skipped"]
-        if "start" in rec:
-            run.started = rec["start"]
-        run.apply(rec)
-        if rec.get("done"):
-            run.done, run.returncode, run.seconds = True, 0, rec.get("seconds", 0.0)
-    unfinished = [r for r in runs.values() if not r.done and not r.skipped]
-    if not unfinished and len(runs) < len(parts):
-        # died before (or between) parts: charge the first part it did not reach
-        first = next(p for p in parts if p not in runs)
-        unfinished = [runs.setdefault(first, ChildRun(mode=first, returncode=None, seconds=0.0, started=wall0))]
-    for run in unfinished:
-        run.returncode = proc.returncode if not timed_out else -signal.SIGKILL
-        run.timed_out, run.output = timed_out, output
-        run.seconds = round(died_at - (run.started or wall0), 3)
-        if not timed_out and proc.returncode == 0:
-            run.returncode = 1  # exited cleanly without finishing the part: not a pass
-        info["died_in"] = run.mode
-    return runs, info
-
-
-def run_parts(parts: list[str], *, python: str, timeout: float, opts: dict | None = None,
-              env: dict | None = None, on_record=None) -> tuple[dict, list]:
-    """Run `parts` in one child; when it dies or hangs, go on with the rest in a fresh one.
-
-    opts: {"needs": {part: [parts]}, "part_opts": {part: {...}}, "common": {...}}. Returns
-    ({part: ChildRun}, [one dict per child process]).
-    """
-    opts = opts or {}
-    runs: dict[str, ChildRun] = {}
-    children: list[dict] = []
-    remaining = list(parts)
-    needs = opts.get("needs", {})
-    while remaining:
-        failed = [p for p, r in runs.items() if not r.ok]
-        for p in remaining:  # what a failure blocks needs no interpreter
-            blocker = next((n for n in needs.get(p, ()) if n in failed), None)
-            if blocker:
-                runs[p] = ChildRun(mode=p, returncode=None, seconds=0.0, skipped=f"needs {blocker}")
-                failed.append(p)
-        remaining = [p for p in remaining if p not in runs]
-        if not remaining:
-            break
-        got, info = _child_once(remaining, python=python, timeout=timeout, opts=opts, env=env, failed=failed,
-                                on_record=on_record)
-        children.append(info)
-        runs.update(got)
-        if not got:  # nothing at all came back: charge the first part so the loop ends
-            first = remaining[0]
-            runs[first] = ChildRun(mode=first, returncode=info["returncode"], seconds=info["seconds"],
-                                   timed_out=info["timed_out"])
-        remaining = [p for p in remaining if p not in runs]
-    return runs, children
 
 
 # -- levels ------------------------------------------------------------------------------------
@@ -454,7 +196,7 @@ class _Ladder:
     def simple(self, level: str, run: ChildRun) -> LevelResult:
         self.learn(run.evidence)
         ev = dict(run.evidence)
-        if level == "L4" and ev.get("ops"):
+        if level == "L4" and "ops" in ev:
             ev["coverage"] = l4_coverage(ev)
         if not run.ok:
             ev.update(run.failure())
@@ -519,11 +261,8 @@ class _Ladder:
         return LevelResult("L6", "PASS", run.seconds, ev, reason)
 
 
-_QUICK_REFS = (("known", "known values"), ("vs_cpu", "CPU kernel"), ("vs_torchvision", "torchvision"))
-
-
 def l4_coverage(ev: dict) -> dict:
-    """Complete mode's per-op coverage: exported names, ops compared, run-only, skipped (and why)."""
+    """L4's per-op coverage: exported names, ops compared, run-only, skipped (and why)."""
     ops = ev.get("ops") or []
     skipped: dict[str, list] = {}
     for r in ops:
@@ -541,32 +280,22 @@ def l4_coverage(ev: dict) -> dict:
 
 
 def l4_text(ev: dict) -> str:
-    """L4's PASS text: per op, what it was compared with (issue 17: never a reference that did not run)."""
+    """L4's PASS text: per op, what it was compared with (never a reference that did not run)."""
     dev = ev.get("device")
     tv = ev.get("torchvision")
     tv_note = "" if tv and not str(tv).startswith("torchvision not") else "; torchvision not importable"
-    if ev.get("ops"):
-        cov = ev.get("coverage") or l4_coverage(ev)
-        head = (f"{cov['ops']} ops ({cov['exported']} names exported) on {dev}: {cov['compared']} compared, "
-                f"{len(cov['run_only'])} run-only, {sum(len(v) for v in cov['skipped'].values())} skipped")
-        parts = []
-        for r in ev["ops"]:
-            if r["status"] == "pass":
-                parts.append(f"{r['op']} ({', '.join(r['references'])})")
-        text = head + ". Compared: " + "; ".join(parts)
-        if cov["run_only"]:
-            text += ". Run-only (no reference): " + ", ".join(cov["run_only"])
-        for why, names in cov["skipped"].items():
-            text += f". Skipped ({why}): " + ", ".join(names)
-        return text + tv_note
-    parts = []
-    for op in ("roi_align", "nms", "box_iou_rotated", "deform_conv", "points_in_boxes"):
-        got = ev.get(op)
-        if isinstance(got, dict):
-            refs = [label for key, label in _QUICK_REFS if key in got or (key == "known" and any(
-                k.startswith("known") for k in got))]
-            parts.append(f"{op} ({', '.join(refs) or 'run only'})")
-    return f"{len(parts)} ops on {dev}: " + "; ".join(parts) + tv_note
+    cov = ev.get("coverage") or l4_coverage(ev)
+    mode = ev.get("mode", "complete")
+    scope = f"{cov['exported']} names exported" if L4_SETS.get(mode, None) is None else f"the {mode} set"
+    head = (f"{cov['ops']} ops ({scope}) on {dev}: {cov['compared']} compared, "
+            f"{len(cov['run_only'])} run-only, {sum(len(v) for v in cov['skipped'].values())} skipped")
+    parts = [f"{r['op']} ({', '.join(r['references'])})" for r in ev.get("ops") or [] if r["status"] == "pass"]
+    text = head + ". Compared: " + "; ".join(parts)
+    if cov["run_only"]:
+        text += ". Run-only (no reference): " + ", ".join(cov["run_only"])
+    for why, names in cov["skipped"].items():
+        text += f". Skipped ({why}): " + ", ".join(names)
+    return text + tv_note
 
 
 def _reason(run: ChildRun) -> str:
@@ -733,21 +462,21 @@ def run_ladder(*, levels=LEVELS, python: str | None = None, timeout: float = DEF
                nproc: int | None = None, l4: str = "quick", on_level=None) -> LadderResult:
     """Run the requested levels; a level whose prerequisite (when requested) did not pass is NOT RUN.
 
-    `models` (mmdet detectors, train_detector.MODELS) and `nproc` (torchrun ranks) extend L5;
-    `l4` is "quick" (five ops) or "complete" (every op mmcv.ops exports). `on_level(level)` is
-    called as the child starts each level (for progress), from this thread.
+    `models` (mmdet detectors, train_detector.MODELS) extend L5 and L6, `nproc` (torchrun ranks) L5;
+    `l4` names one of levels.L4_SETS ("quick": a few ops, "complete": every op mmcv.ops exports).
+    `on_level(level)` is called as the child starts each level (for progress), from this thread.
     """
-    if models and not {"L5", "L6"} & set(levels):
-        raise BadInput("--model extends L5 and L6, which --levels leaves out", source="command line",
-                       fix="add L5 or L6 to --levels or drop --model")
-    if nproc and "L5" not in levels:
-        raise BadInput("--nproc extends L5, which --levels leaves out", source="command line",
-                       fix="add L5 to --levels or drop --nproc")
+    asked = {"--model": bool(models), "--nproc": bool(nproc)}
+    for option, extends in EXTENDED_BY.items():
+        if asked[option] and not set(extends) & set(levels):
+            raise BadInput(f"{option} extends {' and '.join(extends)}, which --levels leaves out", source="command line",
+                           fix=f"add {' or '.join(extends)} to --levels or drop {option}")
     if nproc is not None and nproc < 1:
         raise BadInput(f"--nproc {nproc}: expected 1 or more processes", source="command line",
                        fix="pass --nproc 1 or more")
     if l4 not in L4_MODES:
-        raise BadInput(f"--l4 {l4!r}: unknown mode", source="command line", fix="use --l4 quick or --l4 complete")
+        raise BadInput(f"--l4 {l4!r}: unknown mode", source="command line",
+                       fix=f"use {' or '.join(f'--l4 {m}' for m in L4_MODES)}")
     python = python or sys.executable
     start = time.perf_counter()
     ladder = _Ladder(python=python, timeout=timeout, expect_gpu=expect_gpu, env=env, models=tuple(models), nproc=nproc)
@@ -766,8 +495,8 @@ def run_ladder(*, levels=LEVELS, python: str | None = None, timeout: float = DEF
             return LevelResult(level, "NOT RUN", reason=f"needs {need}, which {_verb(done[need].status)}")
         return None
 
-    parts = [p for lv in LEVELS if lv in wanted for p in PARTS[lv] if p != "L5-detector" or models]
-    needs = {p: list(PARTS[need]) for p in parts if (need := prerequisite(p.split("-")[0]))}
+    parts = [p for lv in LEVELS if lv in wanted for p in PARTS[lv] if p not in OPTIONAL_PARTS or asked[OPTIONAL_PARTS[p]]]
+    needs = {p: list(PARTS[need]) for p in parts if (need := prerequisite(level_of(p)))}
     part_opts: dict[str, dict[str, object]] = {"L4": {"l4": l4}}
     if models:
         part_opts["L5-detector"] = {"module": str(DETECTOR_MODULE), "models": list(models)}
@@ -776,8 +505,8 @@ def run_ladder(*, levels=LEVELS, python: str | None = None, timeout: float = DEF
 
     def saw(record: dict) -> None:
         ladder.saw(record)
-        level = str(record.get("part", "")).split("-")[0]
-        if on_level is not None and "start" in record and level in LEVELS and level not in started:
+        level = level_of(record["part"]) if record.get("part") in parts else None
+        if on_level is not None and "start" in record and level and level not in started:
             started.append(level)
             on_level(level)
 
