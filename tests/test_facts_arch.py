@@ -1,5 +1,7 @@
 """arch notation, gencode conversion and the coverage rules, table-driven."""
 
+import collections
+import json
 import re
 from pathlib import Path
 
@@ -22,6 +24,8 @@ from mmstack.facts.gpus import load
         ("8.6 8.9", "8.6;8.9"),
         ('"8.6 8.9"', "8.6;8.9"),
         ("12.0+PTX", "12.0+PTX"),
+        ("12.0f+PTX", "12.0f+PTX"),  # family PTX carries forward inside its family
+        ("-gencode=arch=compute_120f,code=[sm_120f,compute_120f]", "12.0f+PTX"),
         ("9.0a", "9.0a"),
         ("sm_100f", "10.0f"),
         ("9.0, 8.0 ;8.6", "8.0;8.6;9.0"),
@@ -84,6 +88,11 @@ RULES = {
         ("10.0", "sm_103f", C.NONE), ("11.0", "sm_100f", C.NONE), ("12.1", "sm_120f", C.LOWER_MINOR),
         ("12.0", "sm_121f", C.NONE), ("12.0", "sm_100f", C.NONE),
     ],
+    "Tegra: SASS runs only on exactly its compute capability, either way": [
+        ("8.7", "sm_80", C.NONE), ("8.7", "sm_86", C.NONE), ("8.7", "sm_87", C.NATIVE), ("7.2", "sm_70", C.NONE),
+        ("5.3", "sm_50", C.NONE), ("5.3", "sm_52", C.NONE), ("6.2", "sm_61", C.NONE), ("6.2", "sm_60", C.NONE),
+        ("10.1", "sm_100", C.NONE), ("7.5", "sm_72", C.NONE), ("8.9", "sm_87", C.NONE), ("8.7", "compute_80", C.PTX_JIT),
+    ],
     "plain PTX: any equal or newer compute capability": [
         ("8.0", "compute_80", C.PTX_JIT), ("12.0", "compute_90", C.PTX_JIT), ("11.0", "compute_103", C.PTX_JIT),
         ("7.5", "compute_80", C.NONE), ("10.0", "compute_103", C.NONE),
@@ -110,36 +119,68 @@ def test_family_rules(rule, gpu, target, expected):
         assert result.target == arch.parse_arch_list(target)[0]
 
 
-def _ptxas_reads() -> list[tuple[str, str, set[str], list[str]]]:
-    """(ptxas release, PTX target, -arch values it compiled for, every target it lists) per fixture line."""
-    targets: dict[str, list[str]] = {}
-    reads = []
-    for line in (Path(__file__).parent / "data" / "facts" / "ptxas-targets.txt").read_text().splitlines():
-        if line.startswith("#") or not line.strip():
-            continue
-        release, what, values = (p.strip() for p in line.split("|"))
-        if what == "targets":
-            targets[release] = values.split()
-        else:
-            reads.append((release, what, set(values.split()), targets[release]))
-    return reads
+MATRIX = json.loads((Path(__file__).parent / "data" / "facts" / "ptxas-matrix.json").read_text())
 
 
-def test_ptx_rules_agree_with_nvidias_ptxas():
-    """A GPU of compute capability X.Y has sm_XY's, sm_XYa's and sm_XYf's features, so the driver JITs PTX
-    for it when ptxas compiles that PTX for one of those (tests/data/facts/ptxas-targets.txt)."""
-    reads = _ptxas_reads()
-    assert {r[0] for r in reads} == {"13.0", "13.5"} and len(reads) >= 40
-    checked = set()
-    for release, ptx, compiled, listed in reads:
-        target = arch.parse_arch_list(ptx.replace("sm_", "compute_"))
-        assert target[0].kind == "ptx"
-        for gpu in (t for t in listed if t[-1].isdigit()):
-            runs_per_ptxas = bool({gpu, gpu + "a", gpu + "f"} & compiled)
-            cov = arch.coverage(arch.parse_arch(gpu), target).coverage
-            assert (cov is C.PTX_JIT) == runs_per_ptxas, (release, ptx, gpu)
-            checked.add((target[0].arch.suffix, runs_per_ptxas))
-    assert checked == {(s, r) for s in ("", "a", "f") for r in (True, False)}  # every rule, both ways
+def _measured():
+    """(toolkit, PTX target, GPU arch, ptxas compiled it) for every pair of tests/data/facts/ptxas-matrix.json:
+    NVIDIA's ptxas from PyPI's nvidia-cuda-nvcc wheels, one per toolkit, on a one-kernel PTX. A GPU of compute
+    capability X.Y has sm_XY's, sm_XYa's and sm_XYf's features, so PTX JITs on it when ptxas compiles it for
+    one of those."""
+    for cuda, row in MATRIX["toolkits"].items():
+        gpus = [t for t in row["targets"] if t[-1].isdigit()]
+        for ptx, compiled in row["compiles"].items():
+            for gpu in gpus:
+                yield cuda, ptx, gpu, bool({gpu, gpu + "a", gpu + "f"} & set(compiled))
+
+
+def _cc(sm: str) -> str:
+    digits = sm.removeprefix("sm_")
+    return f"{digits[:-1]}.{digits[-1]}"
+
+
+def test_the_matrix_is_measured_and_says_what_it_measures():
+    assert {"11.8", "12.4", "12.8", "12.9", "13.0", "13.5"} <= set(MATRIX["toolkits"])
+    assert all(len(w["sha256"]) == 64 and w["version"].startswith(tk) for w, tk in zip(MATRIX["wheels"], MATRIX["toolkits"], strict=True))
+    assert "SASS binary compatibility" in MATRIX["does_not_measure"] and "ptxas" in MATRIX["command"]
+
+
+def test_every_arch_check_verdict_the_matrix_covers_agrees_with_ptxas():
+    """`arch check --cc G --arch-list compute_P --cuda T`: ptx-jit exactly where T's ptxas compiled P for G,
+    will-not-run elsewhere (never cannot-build: the facts' target lists are ptxas's). For an 'f' target the
+    SASS verdict too: it runs exactly on the family ptxas measured (NVIDIA defines sm_XYf SASS and PTX on one
+    family). Plain and 'a' SASS and Tegra are the driver's rules (the module docstring), not ptxas's."""
+    f = load()
+    checked = collections.Counter()
+    for cuda, ptx, gpu, runs in _measured():
+        target = "compute_" + ptx.removeprefix("sm_")
+        a = arch.assess(f, cc=_cc(gpu), arch_list=target, cuda=cuda)
+        assert a.verdict == ("ptx-jit" if runs else "will-not-run"), (cuda, ptx, gpu, a.reason)
+        kind = ptx[-1] if ptx[-1] in "af" else ""
+        checked[(kind, runs)] += 1
+        if kind == "f":
+            s = arch.assess(f, cc=_cc(gpu), arch_list=_cc(ptx[:-1]) + "f", cuda=cuda)
+            assert s.ok == runs and s.verdict in ({"native", "lower-minor"} if runs else {"will-not-run"}), (cuda, ptx, gpu)
+    assert set(checked) == {(k, r) for k in ("", "a", "f") for r in (True, False)}  # every rule, both ways
+    assert sum(checked.values()) > 2000
+
+
+def test_families_per_toolkit_are_ptxas_s():
+    """data/gpus.toml's [[cuda]] families equal what each measured ptxas compiles sm_XYf PTX for."""
+    f = load()
+    for cuda, row in MATRIX["toolkits"].items():
+        for ptx, compiled in row["compiles"].items():
+            if ptx.endswith("f"):
+                measured = {_cc(g) for g in compiled if g[-1].isdigit()}
+                assert f.family(_cc(ptx[:-1]), cuda) == measured, (cuda, ptx)
+
+
+def test_toolkit_target_lists_are_ptxas_s():
+    f = load()
+    for cuda, row in MATRIX["toolkits"].items():
+        tk = f.toolkit(cuda)
+        assert {_cc(t) for t in row["targets"] if t[-1].isdigit()} == set(tk.sass), cuda
+        assert {_cc(t[:-1]) + t[-1] for t in row["targets"] if not t[-1].isdigit()} == set(tk.arch_specific), cuda
 
 
 # The advice in circulation, and what is true (issue 2's table).
@@ -170,6 +211,45 @@ def test_assess(gpu, arch_list, cuda, verdict, ok, warning):
     assert (a.verdict, a.ok, a.warning) == (verdict, ok, warning)
     if not ok:
         assert a.fix
+
+
+@pytest.mark.parametrize("gpu, cc, arch_list, cuda, verdict", [
+    # issue 40's cases: each was lower-minor or ptx-jit, and none runs
+    ("Orin (nvgpu)", None, "8.0", None, "will-not-run"),
+    ("Jetson AGX Xavier", None, "7.0", None, "will-not-run"),
+    ("Jetson Nano", None, "5.0", None, "will-not-run"),
+    ("Jetson TX2", None, "6.1", None, "will-not-run"),
+    ("Orin (nvgpu)", None, "compute_80", None, "ptx-jit"),
+    (None, "10.1", "10.0f", "12.9", "will-not-run"),  # 10.1 (Thor, CUDA 12 numbering) is no member of 10.0f
+    (None, "10.1", "compute_100f", "12.9", "will-not-run"),
+    (None, "10.1", "10.0", "12.9", "will-not-run"),  # Tegra
+    (None, "10.1", "10.1f", "12.9", "native"),
+    (None, "10.3", "10.0f", "12.9", "lower-minor"),
+    (None, "10.7", "10.0f", "13.5", "lower-minor"),  # 13.4 added 10.7 to the 10.0 family
+    (None, "10.7", "compute_103f", "13.5", "ptx-jit"),
+    ("NVIDIA GB10", None, "12.0f+PTX", "13.0", "lower-minor"),
+    ("NVIDIA GB10", None, "compute_120f", "12.9", "ptx-jit"),
+    ("GeForce RTX 5090", None, "12.1f", "12.9", "will-not-run"),
+    ("NVIDIA B200", None, "12.0f+PTX", "13.0", "will-not-run"),
+])
+def test_tegra_and_family_rules_in_verdicts(gpu, cc, arch_list, cuda, verdict):
+    a = arch.assess(load(), gpu_name=gpu, cc=cc, arch_list=arch_list, cuda=cuda)
+    assert a.verdict == verdict, a.reason
+    if cc == "10.1" and verdict == "will-not-run" and "f" in arch_list:
+        assert "{10.0, 10.3}" in a.reason  # names the toolkit's family
+
+
+def test_tegra_is_data_with_sources():
+    f = load()
+    assert {"5.3", "6.2", "7.2", "8.7", "10.1"} <= f.tegra
+    assert all(a.tegra_source for a in f.architecture if a.tegra)
+    assert f.family("10.0", "12.9") == {"10.0", "10.3"} and f.family("10.1", "12.9") == {"10.1"}
+    assert f.toolkit("12.9").families_source and not f.toolkit("12.8").families
+
+
+def test_a_plus_ptx_is_still_refused_with_the_family_spelling():
+    with pytest.raises(BadInput, match=r"10\.0f\+PTX"):
+        arch.parse_arch_list("10.0a+PTX")
 
 
 def test_will_not_run_names_the_fix():
@@ -204,7 +284,7 @@ SOURCE_CASES = [
     ("NVIDIA V100", "6.0+PTX", "12.4", "ptx-jit"),
     ("NVIDIA V100", "7.5", None, "will-not-run"),
     ("Jetson AGX Xavier", "7.2", "11.4", "native"),
-    ("Jetson AGX Xavier", "7.0", None, "lower-minor"),
+    ("Jetson AGX Xavier", "7.0", None, "will-not-run"),  # Tegra: no binary compatibility (issue 40)
     # Turing
     ("Tesla T4", "7.5", "10.2", "native"),
     ("Tesla T4", "7.5", "13.0", "native"),
@@ -226,7 +306,8 @@ SOURCE_CASES = [
     ("NVIDIA RTX A6000", "7.5", None, "will-not-run"),
     ("Jetson AGX Orin", "8.7", "11.4", "cannot-build"),
     ("Jetson AGX Orin", "8.7", "11.8", "native"),
-    ("Jetson Orin Nano", "8.6", None, "lower-minor"),
+    ("Jetson Orin Nano", "8.6", None, "will-not-run"),  # Tegra
+    ("Jetson Orin Nano", "8.6+PTX", None, "ptx-jit"),  # PTX JITs on Tegra as anywhere
     ("NVIDIA A800", "8.0", "12.1", "native"),
     ("NVIDIA A10G", "8.6", "12.9", "native"),
     # Ada
@@ -313,7 +394,7 @@ def test_every_real_gpu_and_toolkit_gets_a_verdict():
 
 
 @pytest.mark.parametrize("cc, env, runs", [
-    ("8.6", "rtx3090", arch.Coverage.NATIVE), ("8.7", "rtx3090", arch.Coverage.LOWER_MINOR),
+    ("8.6", "rtx3090", arch.Coverage.NATIVE), ("8.7", None, arch.Coverage.NONE),  # 8.7 is Tegra (Orin)
     ("10.3", "b200", arch.Coverage.LOWER_MINOR), ("12.1", "rtx5090", arch.Coverage.LOWER_MINOR),
     ("7.5", None, arch.Coverage.NONE), ("6.1", None, arch.Coverage.NONE), ("11.0", None, arch.Coverage.NONE),
 ])

@@ -11,16 +11,19 @@ https://docs.nvidia.com/cuda/cuda-programming-guide/05-appendices/compute-capabi
 and the CUDA 12.9 announcement of family-specific targets
 (https://developer.nvidia.com/blog/nvidia-blackwell-and-nvidia-cuda-12-9-introduce-family-specific-architecture-features/):
   * plain SASS sm_Xy runs on the same major X at minor >= y (sm_80 runs on 8.6; sm_86 not on 8.0;
-    sm_90 not on 12.0);
+    sm_90 not on 12.0) -- on the desktop only: "Binary compatibility is supported only for the desktop.
+    It is not supported for Tegra" (the guide), so a Tegra GPU (data/gpus.toml's `tegra` rows: 5.3, 6.2,
+    7.2, 8.7, 10.1) runs SASS of exactly its own compute capability, and Tegra SASS runs on nothing else;
   * "a" (architecture-specific) SASS sm_Xya runs only on exactly X.y;
-  * "f" (family-specific) SASS sm_Xyf runs on the family: the same major X at minor >= y (sm_100f
-    on 10.0, 10.3 and 10.7; not on 11.0);
+  * "f" (family-specific) SASS sm_Xyf runs on its family's members at minor >= y, and the family is the
+    toolkit's (data/gpus.toml's [[cuda]] `families`): CUDA 12.9's 10.0 family is {10.0, 10.3} (10.1, Thor
+    on the Tegra driver, is a family of its own); 13.4 adds 10.7; never another major;
   * plain PTX compute_Xy is JIT-compiled by the driver for any GPU of equal or higher compute
-    capability, and only by a driver at least as new as the toolkit that wrote the PTX;
-  * "a" PTX compute_Xya JITs only on exactly X.y; "f" PTX compute_Xyf on the family (same major,
-    minor >= y): compute_100f on 10.3, compute_120f on 12.1.
-The PTX rules are checked against NVIDIA's ptxas 13.0 and 13.5 (tests/data/facts/ptxas-targets.txt,
-written by mmstack_lab.arch.ptxas_targets: which -arch each kind of PTX compiles for).
+    capability (Tegra included), and only by a driver at least as new as the toolkit that wrote the PTX;
+  * "a" PTX compute_Xya JITs only on exactly X.y; "f" PTX compute_Xyf on the family, as "f" SASS.
+The PTX and family rules are measured: NVIDIA's ptxas 11.8..13.5 (PyPI wheels) on a one-kernel PTX for
+every (target, GPU) pair, tests/data/facts/ptxas-matrix.json (mmstack_lab.arch.ptxas_matrix); the SASS
+rules are the guide's (a driver loading a cubin is not something ptxas answers).
 """
 
 from __future__ import annotations
@@ -127,10 +130,10 @@ def parse_arch_list(text: str, *, where: str = "--arch-list") -> tuple[Target, .
             arch = Arch(int(m.group(1)), int(m.group(2)), m.group(3).lower())
             targets.add(Target(arch, "sass"))
             if m.group(4):
-                if arch.suffix:
+                if arch.suffix == "a":  # 'f' PTX carries forward within its family: 12.0f+PTX is nvcc 13's default
                     raise BadInput(
-                        f"{where}: {token!r}: '+PTX' on an arch-specific target does not carry forward",
-                        fix=f"use '{arch.plain}+PTX' for forward-compatible PTX",
+                        f"{where}: {token!r}: '+PTX' on an architecture-specific ('a') target runs on {arch.plain} only",
+                        fix=f"use '{arch.plain}+PTX' for forward-compatible PTX, or '{arch.plain}f+PTX' for the family",
                     )
                 targets.add(Target(arch, "ptx"))
             continue
@@ -213,11 +216,16 @@ class CoverageResult:
     target: Target | None  # what the GPU will run
 
 
-def coverage(gpu: Arch, targets) -> CoverageResult:
-    """How a GPU of compute capability `gpu` runs a binary holding `targets`."""
+def coverage(gpu: Arch, targets, *, cuda: str | None = None, facts: Facts | None = None) -> CoverageResult:
+    """How a GPU of compute capability `gpu` runs a binary holding `targets`; `cuda` is the toolkit that built
+    it where known (its 'f' families decide), else every toolkit's families count."""
+    if facts is None:
+        from mmstack.facts.gpus import load
+
+        facts = load()
     best: tuple[int, Target] | None = None
     for t in targets:
-        rank = _rank(gpu, t)
+        rank = _rank(gpu, t, facts, cuda)
         if rank and (best is None or rank > best[0] or (rank == best[0] and t.arch > best[1].arch)):
             best = (rank, t)
     if best is None:
@@ -225,20 +233,25 @@ def coverage(gpu: Arch, targets) -> CoverageResult:
     return CoverageResult({3: Coverage.NATIVE, 2: Coverage.LOWER_MINOR, 1: Coverage.PTX_JIT}[best[0]], best[1])
 
 
-def _rank(gpu: Arch, t: Target) -> int:
+def _rank(gpu: Arch, t: Target, facts: Facts, cuda: str | None) -> int:
     """3 native SASS, 2 lower-minor SASS, 1 PTX JIT, 0 does not run (the rules in the module docstring)."""
     a = t.arch
+    exact = (a.major, a.minor) == (gpu.major, gpu.minor)
     if a.suffix == "a":  # architecture-specific: exactly that compute capability
-        runs = (a.major, a.minor) == (gpu.major, gpu.minor)
-    elif a.suffix == "f" or t.kind == "sass":  # family-specific, and plain SASS: same major, minor at or below
-        runs = a.major == gpu.major and a.minor <= gpu.minor
+        runs = exact
+    elif a.suffix == "f":  # family-specific: the toolkit's family, at or above the target's minor
+        runs = str(gpu.plain) in facts.family(str(a.plain), cuda)
+    elif t.kind == "sass":  # plain SASS: same major, minor at or below; on Tegra (either side) exactly
+        tegra = facts.tegra
+        runs = exact or (a.major == gpu.major and a.minor <= gpu.minor
+                         and str(gpu.plain) not in tegra and str(a.plain) not in tegra)
     else:  # plain PTX: any equal or newer compute capability
         runs = (a.major, a.minor) <= (gpu.major, gpu.minor)
     if not runs:
         return 0
     if t.kind == "ptx":
         return 1
-    return 3 if a.minor == gpu.minor else 2
+    return 3 if exact else 2
 
 
 def unbuildable(targets, toolkit_version: str, facts: Facts) -> list[Target]:
@@ -285,7 +298,7 @@ def serving_env(facts: Facts, cc: str, *, segment: str = "") -> Serving:
     for gen in facts.generation:
         if not gen.is_gpu:
             continue
-        result = coverage(gpu, (Target(parse_arch(gen.compute_capability), "sass"),))
+        result = coverage(gpu, (Target(parse_arch(gen.compute_capability), "sass"),), cuda=gen.cuda, facts=facts)
         if result.coverage is not Coverage.NONE and (best is None or _ORDER[result.coverage] > _ORDER[best[0]]):
             best = (result.coverage, gen.env)
     if best is None:
@@ -437,14 +450,14 @@ def _verdict(facts: Facts, who: _Subject, targets, *, cuda: str | None, arch_lis
             notes += (f"CUDA {tk.version}'s nvcc cannot emit {cc.sm} itself"
                       + (f" (CUDA {' or '.join(_ranges(can))} can)" if can else ""),)
 
-    result = coverage(cc, targets)
+    result = coverage(cc, targets, cuda=cuda, facts=facts)
     sm = cc.sm
     target = result.target
     if target is None:  # Coverage.NONE: nothing in the build runs on this GPU
         return Assessment(
             **common, verdict="will-not-run", ok=False, warning=False, notes=notes,
-            reason=f"{who.name}: compute capability {cc} ({sm}); the build holds no {sm} SASS (nor {cc.major}.x SASS"
-            f" below it) and no PTX at or below {cc} (\"no kernel image is available for execution on the device\")",
+            reason=f"{who.name}: compute capability {cc} ({sm}); the build holds {_why_none(facts, cc, targets, cuda)}"
+            " (\"no kernel image is available for execution on the device\")",
             fix=f"add {cc} to the arch list (needs {need_cuda}), or {hint}",
         )
     if result.coverage is Coverage.NATIVE:
@@ -463,6 +476,27 @@ def _verdict(facts: Facts, who: _Subject, targets, *, cuda: str | None, arch_lis
         f" start, and the driver must be at least as new as {ptx_tk}",
         fix=f"add {cc} to the arch list (needs {need_cuda}), or {hint}",
     )
+
+
+def _why_none(facts: Facts, cc: Arch, targets, cuda: str | None) -> str:
+    """What the build lacks for `cc`, naming the rule that refuses what it has (Tegra, a family, 'a')."""
+    said = [f"no {cc.sm} SASS"]
+    same_major = [t for t in targets if t.kind == "sass" and not t.arch.suffix and t.arch.major == cc.major
+                  and t.arch.minor < cc.minor]
+    if same_major and str(cc) in facts.tegra:
+        said.append(f"{', '.join(t.arch.sm for t in same_major)} does not run on Tegra {cc} (binary compatibility is"
+                    " desktop-only)")
+    elif same_major:
+        said.append("its lower-minor SASS is Tegra's (desktop-only binary compatibility)")
+    else:
+        said[0] += f" (nor {cc.major}.x SASS below it)"
+    fam = [t for t in targets if t.arch.suffix == "f" and t.arch.major == cc.major and t.arch.minor <= cc.minor]
+    for t in fam:
+        members = sorted(facts.family(str(t.arch.plain), cuda), key=version_key)
+        said.append(f"{t.arch.sm if t.kind == 'sass' else t.arch.compute} serves the family {{{', '.join(members)}}}"
+                    + (f" of CUDA {cuda}" if cuda else "") + f", not {cc}")
+    said.append(f"no PTX at or below {cc} that JITs on it")
+    return "; ".join(said)
 
 
 def _ranges(versions: list[str]) -> list[str]:
@@ -495,9 +529,11 @@ def assess_package(facts: Facts, listings, *, package: str, gpu_name: str | None
     files, assessed = [], []
     for lst in cuda_objects:
         bundles = [b for b in getattr(lst, "bundles", ()) if not b.empty]
-        judged = [(coverage(who.cc, targets_of(b.sass, b.ptx)).coverage, targets_of(b.sass, b.ptx), b) for b in bundles]
+        judged = [(coverage(who.cc, targets_of(b.sass, b.ptx), facts=facts).coverage, targets_of(b.sass, b.ptx), b)
+                  for b in bundles]
         if not judged:  # nothing but stubs (or a listing without bundles): the object's union decides
-            judged = [(coverage(who.cc, targets_of(lst.sass, lst.ptx)).coverage, targets_of(lst.sass, lst.ptx), None)]
+            judged = [(coverage(who.cc, targets_of(lst.sass, lst.ptx), facts=facts).coverage,
+                       targets_of(lst.sass, lst.ptx), None)]
         worst = min(judged, key=lambda w: _ORDER[w[0]])
         failing = [b for c, _, b in judged if c is Coverage.NONE and b is not None]
         files.append({"path": lst.path, "sass": list(lst.sass), "ptx": list(lst.ptx), "verdict": worst[0].value,

@@ -15,7 +15,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from mmstack.errors import BadInput
 
@@ -54,6 +54,7 @@ class Generation(_Strict):
     cuda: str
     summary: str
     source: Url
+    platform: str = Field(pattern=r"^linux-(64|aarch64)$")  # the conda subdir its pixi environment solves for
 
     @field_validator("compute_capability")
     @classmethod
@@ -74,6 +75,15 @@ class Architecture(_Strict):
     first_cuda: str = Field(pattern=_VERSION_RE.pattern)
     last_cuda: str = Field(default="", pattern=r"^(\d+\.\d+)?$")  # only where no [[cuda]] row targets it
     source: Url
+    # Tegra (Jetson's integrated GPUs): no binary compatibility, SASS runs only on its exact compute capability
+    tegra: bool = False
+    tegra_source: Url | None = None
+
+    @model_validator(mode="after")
+    def _tegra_sourced(self) -> Architecture:
+        if self.tegra != (self.tegra_source is not None):
+            raise ValueError("tegra = true and tegra_source go together")
+        return self
 
 
 class Chip(_Strict):
@@ -93,9 +103,19 @@ class Gpu(_Strict):
     segment: str
     same_chip_as: str = ""
     source: Url
+    # the only host platform the GPU comes in ("linux-aarch64": Grace, GB10's and Jetson's Arm cores); "" for
+    # a card that goes into x86-64 (and Arm) servers
+    host: str = Field(default="", pattern=r"^(linux-aarch64)?$")
+    host_source: Url | None = None
     # derived by the loader (never written in the TOML): from [[architecture]] and [[generation]]
     architecture: str = ""
     generation: str = ""  # the env whose SASS is exactly this GPU's compute capability, "" if none
+
+    @model_validator(mode="after")
+    def _host_sourced(self) -> Gpu:
+        if bool(self.host) != (self.host_source is not None):
+            raise ValueError("host and host_source go together")
+        return self
 
     @field_validator("nvidia_list_says")
     @classmethod
@@ -127,6 +147,25 @@ class CudaToolkit(_Strict):
     min_driver: str = Field(pattern=f"{_DRIVER_RE.pattern}|^{UNKNOWN_DRIVER}$")
     max_gcc: int
     sources: tuple[Url, ...] = Field(min_length=1)
+    # the 'f' families: groups of compute capabilities an sm_XYf target (SASS or PTX) serves, each at minor >= Y
+    families: tuple[tuple[str, ...], ...] = ()
+    families_source: Url | None = None
+
+    @field_validator("families")
+    @classmethod
+    def _families(cls, v: tuple[tuple[str, ...], ...]) -> tuple[tuple[str, ...], ...]:
+        for group in v:
+            for a in group:
+                _arch(a)
+            if len({a.split(".")[0] for a in group}) != 1:
+                raise ValueError(f"family {list(group)} spans two majors")
+        return v
+
+    @model_validator(mode="after")
+    def _families_sourced(self) -> CudaToolkit:
+        if bool(self.families) != (self.families_source is not None):
+            raise ValueError("families and families_source go together")
+        return self
 
     @field_validator("sass", "deprecated")
     @classmethod
@@ -334,6 +373,28 @@ class Facts(_Strict):
                 return m.minor_compat_driver
         return None
 
+    @property
+    def tegra(self) -> frozenset[str]:
+        """Compute capabilities of Tegra GPUs ([[architecture]] tegra = true): no binary compatibility."""
+        return frozenset(a.compute_capability for a in self.architecture if a.tegra)
+
+    def family(self, target: str, cuda: str | None = None) -> frozenset[str]:
+        """The compute capabilities an 'f' target X.Y serves: its family's members at minor >= Y, per the
+        toolkit `cuda` (its [[cuda]] families; a newer release of a major takes that major's newest row), or
+        per every toolkit when `cuda` is None (a package whose toolkit is not known). Only X.Y itself where no
+        row groups it."""
+        if cuda is not None:
+            tks: tuple[CudaToolkit, ...] = (self.resolve_toolkit(cuda)[0],)
+        else:
+            tks = self.cuda
+        major, minor = version_key(target)
+        members = {target}
+        for tk in tks:
+            for group in tk.families:
+                if target in group:
+                    members |= {a for a in group if version_key(a)[1] >= minor and version_key(a)[0] == major}
+        return frozenset(members)
+
     def gpus_of(self, env: str) -> tuple[Gpu, ...]:
         return tuple(g for g in self.gpu if g.generation == env)
 
@@ -496,6 +557,21 @@ def _cross_check(facts: Facts, where: str) -> None:
             if twin is None or twin.chip != gpu.chip:
                 raise BadInput(f"field gpu.{i}.same_chip_as: {gpu.same_chip_as!r} is not a GPU on chip {gpu.chip}",
                                source=where, fix="name a listed product on the same chip")
+    for gpu in facts.gpu:
+        if gpu.segment == "jetson" and gpu.host != "linux-aarch64":
+            raise BadInput(f"gpu {gpu.name!r}: a Jetson module's host is linux-aarch64", source=where,
+                           fix='add host = "linux-aarch64" and host_source')
+    for tk in facts.cuda:
+        members = [a for group in tk.families for a in group]
+        stray = [a for a in members if a not in tk.sass]
+        if stray or len(members) != len(set(members)):
+            raise BadInput(f"cuda {tk.version}: families name {', '.join(stray) or 'an arch twice'}"
+                           + (" which its sass lacks" if stray else ""), source=where,
+                           fix="list each of the toolkit's archs in at most one family")
+        loose = [a for a in tk.arch_specific if a.endswith("f") and a[:-1] not in members]
+        if loose:
+            raise BadInput(f"cuda {tk.version}: arch_specific {', '.join(loose)} in no family", source=where,
+                           fix="add the family (a group of families) with its source")
     versions = {t.version for t in facts.cuda}
     oldest = min(facts.cuda, key=lambda t: t.key).key if facts.cuda else (0,)
     for a in facts.architecture:
