@@ -254,7 +254,7 @@ def test_readme_states_gpu_results_only_through_links():
 
 @pytest.mark.parametrize("para, words", [
     ("On the H200 the recipe's build passed L1-L5 in 26.4 s.", "without linking"),
-    ("On the H200 the build passed, 200 passed and 113 skipped ([docs](docs/benchmarks.md)).", "typed number '200 passed'"),
+    ("On the H200 the build passed, 200 passed and 113 skipped ([docs](docs/performance.md)).", "typed number '200 passed'"),
     ("The H200 build passed (`lab/results/h200/no-such-run/`).", "does not exist"),
 ])
 def test_a_typed_or_unbacked_gpu_result_in_the_readme_is_caught(para, words):
