@@ -1038,6 +1038,8 @@ VALUES: dict[str, Value] = {
     "cpu-fast-suite-s": Value("cpu-dev/fast_suite.json", "wall_s", spec="{:.0f}"),
     "h200-upstream-sandbox": Value("h200/recipe-run9/build_sm90.json", compute=lambda d: _upstream(
         {"packages": d["packages"]})),
+    "ops-now-repeats": Value("h200/recipe-run6/ops_full_sm90.json", "repeats"),
+    "ops-now-iters": Value("h200/recipe-run6/ops_full_sm90.json", "iters"),
     "h200-ops-repeats": Value("h200/run2-fixed/ops_sm90.json", "repeats"),
     "h200-ops-iters": Value("h200/run2-fixed/ops_sm90.json", "iters"),
     "h200-detector-size": Value("h200/run2-fixed/detector_sm90.json", "image_size"),
