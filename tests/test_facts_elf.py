@@ -135,3 +135,33 @@ def test_glibc_needed_is_the_newest_glibc_symbol_version(tmp_path):
     text = tmp_path / "not-elf.so"
     text.write_text("not an ELF file")
     assert elf.glibc_needed(str(text)) is None
+
+
+@pytest.mark.parametrize("field", ["section name table size", "dynamic section size"])
+def test_a_size_field_past_the_end_is_refused_before_it_is_read(tmp_path, field):
+    """A damaged header claiming 1 TiB: refused against the file's size (it used to ask read() for
+    the whole claim, a MemoryError, or read what was there)."""
+    import struct
+
+    src = Path(sys.executable).resolve()
+    data = bytearray(src.read_bytes())
+    with open(src, "rb") as f:
+        e = elf.Elf(f)
+        segments = e.segments()
+    big = 1 << 40
+    if field == "section name table size":
+        shoff, shentsize, _, shstrndx = e._sh
+        at = shoff + shstrndx * shentsize + 0x20  # sh_size of the name table's 64-bit header
+        struct.pack_into("<Q", data, at, big)
+        bad = tmp_path / "bad"
+        bad.write_bytes(bytes(data))
+        with open(bad, "rb") as f, pytest.raises(elf.ElfError, match=r"section name table at byte .* runs past the end"):
+            elf.Elf(f).sections()
+    else:
+        phoff, phentsize, _ = e._ph
+        (i,) = [k for k, seg in enumerate(segments) if seg[0] == elf.PT_DYNAMIC]
+        struct.pack_into("<Q", data, phoff + i * phentsize + 0x20, big)  # p_filesz
+        bad = tmp_path / "bad"
+        bad.write_bytes(bytes(data))
+        tags = elf.needed(str(bad))  # clamped to the file: the tags that are there are read
+        assert tags == elf.needed(str(src))

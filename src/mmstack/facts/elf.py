@@ -42,6 +42,7 @@ class Elf:
 
     def __init__(self, stream: BinaryIO):
         self._f = stream
+        self._size = stream.seek(0, os.SEEK_END)  # every read is checked against it before it is made
         head = self._read(0, 64, "ELF header")
         if head[:4] != MAGIC or head[4] not in (1, 2) or head[5] not in (1, 2):
             raise ElfError(f"not an ELF file (starts with {head[:6]!r})")
@@ -57,6 +58,10 @@ class Elf:
         self._sh = (shoff, shentsize, shnum, shstrndx)
 
     def _read(self, offset: int, size: int, what: str) -> bytes:
+        """size bytes at offset; a header that points past the file's end is refused before any read,
+        so a damaged size field never makes the reader allocate more than the file holds."""
+        if offset < 0 or size < 0 or offset + size > self._size:
+            raise ElfError(f"{what} at byte {offset} runs past the end of the file")
         self._f.seek(offset)
         data = self._f.read(size)
         if len(data) != size:
@@ -105,8 +110,7 @@ class Elf:
         if dynamic is None:
             return [], None
         fmt, step = (self.endian + "qQ", 16) if self.is64 else (self.endian + "iI", 8)
-        self._f.seek(dynamic[0])
-        raw = self._f.read(dynamic[1])
+        raw = self._read(dynamic[0], min(dynamic[1], max(self._size - dynamic[0], 0)), "dynamic section")
         tags: list[tuple[int, int]] = []
         for i in range(0, len(raw) - step + 1, step):
             tag, val = struct.unpack_from(fmt, raw, i)

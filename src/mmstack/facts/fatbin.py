@@ -34,13 +34,17 @@ ELF file names do not carry it); the same entry, read two ways.
 from __future__ import annotations
 
 import io
+import lzma
+import os
 import re
 import shutil
+import stat
 import struct
 import subprocess
 import tarfile
 import tempfile
 import zipfile
+import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -238,26 +242,49 @@ def _list_tar(tar: tarfile.TarFile, prefix: str) -> list[ObjectListing]:
     return found
 
 
-def _list_tar_zst(fileobj: IO[bytes], prefix: str) -> list[ObjectListing]:
+def _list_tar_zst(fileobj: IO[bytes], prefix: str, member: str) -> list[ObjectListing]:
+    """The shared objects in a .conda's pkg-*.tar.zst member; a corrupt stream is named as damage."""
+    where = f"{prefix}!{member}"
     try:
         import zstandard  # optional: not a base dependency of mmstack
     except ImportError:
         pass  # fall back on the zstd command below
     else:
-        with zstandard.ZstdDecompressor().stream_reader(fileobj) as raw, tarfile.open(fileobj=raw, mode="r|") as tar:
-            return _list_tar(tar, prefix)
+        try:
+            with zstandard.ZstdDecompressor().stream_reader(fileobj) as raw, \
+                    tarfile.open(fileobj=raw, mode="r|") as tar:
+                return _list_tar(tar, prefix)
+        except (zstandard.ZstdError, tarfile.TarError, EOFError) as exc:
+            raise _damaged(exc, where) from None
     if shutil.which("zstd") is None:
         raise BadInput("a .conda package needs zstd to read", fix="pip install zstandard", source=prefix)
-    with tempfile.TemporaryFile() as packed:
+    with tempfile.TemporaryFile() as packed, tempfile.TemporaryFile() as errors:
         shutil.copyfileobj(fileobj, packed, 1 << 20)
         packed.seek(0)
-        # Leaving the Popen block closes its stdout and waits for zstd, however the listing ends.
-        with subprocess.Popen(["zstd", "-dcq"], stdin=packed, stdout=subprocess.PIPE) as proc, \
-                tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
-            return _list_tar(tar, prefix)
+        error: Exception | None = None
+        with subprocess.Popen(["zstd", "-dcq"], stdin=packed, stdout=subprocess.PIPE, stderr=errors) as proc:
+            assert proc.stdout is not None
+            try:
+                with tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
+                    found = _list_tar(tar, prefix)
+                while proc.stdout.read(1 << 20):  # the tar's padding: zstd ends without a broken pipe
+                    pass
+            except (tarfile.TarError, EOFError) as exc:
+                found, error = [], exc
+                proc.kill()
+        # leaving the Popen block closed zstd's stdout and waited for it
+        errors.seek(0)
+        message = errors.read().decode(errors="replace").strip()
+        if error is not None or proc.returncode:
+            raise _damaged(message.splitlines()[-1] if message else error, where)
+        return found
 
 
-def _list_zip(path: Path, where: str, on_read: Callable[[int, int], None] | None = None) -> list[ObjectListing]:
+def _damaged(exc: object, where: str) -> BadInput:
+    return BadInput(f"damaged: {exc}", fix="download or build the package again", source=where)
+
+
+def _list_zip(path: IO[bytes], where: str, on_read: Callable[[int, int], None] | None = None) -> list[ObjectListing]:
     found = []
     with zipfile.ZipFile(path) as zf:
         members = [info for info in zf.infolist() if not info.is_dir()]
@@ -268,7 +295,7 @@ def _list_zip(path: Path, where: str, on_read: Callable[[int, int], None] | None
             done += info.compress_size
             if re.fullmatch(r"pkg-.*\.tar\.zst", info.filename):  # a .conda package
                 with zf.open(info) as inner:
-                    found += _list_tar_zst(inner, where)
+                    found += _list_tar_zst(inner, where, info.filename)
             elif _SHARED_OBJECT.search(info.filename):
                 with zf.open(info) as member:
                     listing = _list_member(member, f"{where}!{info.filename}")
@@ -279,31 +306,71 @@ def _list_zip(path: Path, where: str, on_read: Callable[[int, int], None] | None
     return found
 
 
+_SPECIAL = ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO"),
+            (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory"))
+_ZERO_PROBE = 4096  # a file whose first bytes are all zero has no ELF, zip or tar header: damage
+
+
+def _open_regular(path: Path, where: str) -> io.BufferedReader:
+    """path opened for reading if it is a regular file. Opened without blocking (a FIFO with no
+    writer would block open()) and checked on the open descriptor, so nothing else is read."""
+    fix = "pass the path of an .so, .whl or .conda"
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise BadInput("no such file", fix=fix, source=where) from None
+    except IsADirectoryError:
+        raise BadInput("is a directory", fix=fix, source=where) from None
+    except OSError as exc:
+        raise BadInput(f"cannot read: {exc.strerror or exc}", source=where) from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        what = next((name for test, name in _SPECIAL if test(mode)), "a special file")
+        raise BadInput(f"{what}, not a regular file", fix=fix, source=where)
+    os.set_blocking(fd, True)
+    return open(fd, "rb")  # the caller closes it
+
+
 def list_fatbins(path: str | Path, *, on_read: Callable[[int, int], None] | None = None) -> list[ObjectListing]:
     """One listing per ELF object: the file itself, or each shared object inside a package.
 
     An object without a fatbin (a CPU build) gives a listing with no entries. `on_read(done, total)`
-    (compressed bytes of a .whl's or .conda's members) before each member and at the end.
+    (compressed bytes of a .whl's or .conda's members) before each member and at the end. Only a
+    regular file is read; an empty one, one that starts with zeros, a zip without its end record
+    and an archive that does not decompress are BadInput naming the damage.
     """
     path, where = Path(path), str(path)
-    try:
-        with open(path, "rb") as stream:
-            head = stream.read(4)
-            if head == b"\x7fELF":
+    with _open_regular(path, where) as stream:
+        try:
+            head = stream.read(_ZERO_PROBE)
+            if not head:
+                raise BadInput("an empty file", fix="pass the path of an .so, .whl or .conda", source=where)
+            if not head.strip(b"\0"):
+                raise BadInput(f"damaged: all of its first {len(head)} bytes are zero (no ELF, zip or tar header)",
+                               fix="download or build it again", source=where)
+            stream.seek(0)
+            if head[:4] == b"\x7fELF":
                 return [_list_elf(stream, where)]
-        if zipfile.is_zipfile(path):
-            return _list_zip(path, where, on_read)
-        if tarfile.is_tarfile(path):
-            with tarfile.open(path, mode="r|*") as tar:
-                return _list_tar(tar, where)
-    except FileNotFoundError:
-        raise BadInput("no such file", fix="pass the path of an .so, .whl or .conda", source=where) from None
-    except IsADirectoryError:
-        raise BadInput("is a directory", fix="pass the path of an .so, .whl or .conda", source=where) from None
-    except (OSError, zipfile.BadZipFile, tarfile.TarError, EOFError) as exc:
-        raise BadInput(f"cannot read: {exc}", source=where) from exc
+            if zipfile.is_zipfile(stream):
+                stream.seek(0)
+                return _list_zip(stream, where, on_read)
+            if head[:4] == b"PK\x03\x04":
+                raise BadInput("damaged: a zip archive (.whl/.conda) without its end record: truncated or corrupt",
+                               fix="download or build it again", source=where)
+            stream.seek(0)
+            if tarfile.is_tarfile(stream):
+                stream.seek(0)
+                with tarfile.open(fileobj=stream, mode="r|*") as tar:
+                    return _list_tar(tar, where)
+        except (zipfile.BadZipFile, tarfile.TarError, EOFError, zlib.error, lzma.LZMAError) as exc:
+            raise _damaged(exc, where) from None
+        except OSError as exc:
+            if exc.errno is None:  # bz2/gzip: the data, not the file system
+                raise _damaged(exc, where) from None
+            raise BadInput(f"cannot read: {exc.strerror or exc}", source=where) from None
     raise BadInput(
-        f"not an ELF object nor a .whl/.conda/.tar.bz2 package (starts with {head!r})",
+        f"not an ELF object nor a .whl/.conda/.tar.bz2 package (starts with {head[:4]!r})",
         fix="pass a shared object (.so) or a package holding one",
         source=where,
     )
