@@ -824,7 +824,7 @@ TABLES: dict[str, Table] = {
                                   build=_detector_stages),
     "h200-nms-anatomy": Table(sources=["h200/nms-anatomy-1/nms_anatomy.json"], build=_nms_anatomy),
     "h200-nms-anatomy-2": Table(sources=["h200/nms-anatomy-2/nms_anatomy.json"], build=_nms_anatomy),
-    "h200-l4-vs-upstream": Table(sources=["h200/recipe-run3/l4complete_sm90.json"], build=_l4_vs_upstream),
+    "h200-l4-vs-upstream": Table(sources=["h200/recipe-run9/l4complete_sm90.json"], build=_l4_vs_upstream),
     "cpu-ladder": Table(sources=["cpu-dev/ladder.json"], build=_ladder_bench),
     "cpu-ccache-rebuild": Table(sources=["cpu-dev/ccache_rebuild.json"], build=_ccache_rebuild),
     "cpu-ccache-recipe": Table(sources=["cpu-dev/ccache_recipe.json"], build=_ccache_recipe),
