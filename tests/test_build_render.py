@@ -54,7 +54,7 @@ def test_one_package_per_row(rendered):
 
 @pytest.mark.parametrize("tag, pattern", [
     ("cpu", r"cpu_py311_h[0-9a-f]{7}_0"),
-    ("sm89", r"cuda129_sm89_py311_h[0-9a-f]{7}_0"),
+    ("sm89", r"cuda129_sm89_py311_h[0-9a-f]{7}_400"),
     ("all", r"cuda130_all_py311_h[0-9a-f]{7}_100"),
 ])
 def test_build_strings_say_what_the_package_serves(rendered, tag, pattern):
@@ -101,6 +101,20 @@ def test_cuda_rows_pin_cuda_and_a_cuda_pytorch(rendered, tag, cuda, stdlib):
     assert sorted(req["ignore_run_exports"]["from_package"]) == sorted(CUDA_HEADERS)
 
 
+def test_cep46_the_per_generation_row_pins_cuda_arch_and_needs_cuda_arch(rendered):
+    """CEP 46 as nvidia-virtual-packages' README builds it: host `cuda-arch <its lowest arch>` (whose
+    run-export needs `__cuda_arch` to reach it), the build number raised by 100 x mmcv_priority; and
+    `__cuda_arch` itself in run, so a conda without the virtual package takes the fat build."""
+    sm89 = rendered["sm89"]["requirements"]
+    assert "cuda-arch ==8.9" in sm89["host"]
+    assert "__cuda_arch" in sm89["run"]
+    for tag in ("cpu", "all"):
+        req = rendered[tag]["requirements"]
+        assert not [s for s in req["host"] + req["run"] if "cuda-arch" in s or "__cuda_arch" in s], tag
+    numbers = {tag: r["build"]["number"] for tag, r in rendered.items()}
+    assert numbers["cpu"] < numbers["all"] < numbers["sm89"] == 400
+
+
 @pytest.mark.parametrize("tag", ["cpu", "sm89", "all"])
 def test_run_requirements_are_mmcvs_runtime_requirements(rendered, tag):
     run = _names(rendered[tag]["requirements"]["run"])
@@ -113,7 +127,7 @@ def test_run_requirements_are_mmcvs_runtime_requirements(rendered, tag):
 
 
 @pytest.mark.parametrize("tag, arch_list", [
-    ("cpu", "none"), ("sm89", "8.9"), ("all", "7.5;8.0;8.6;9.0;10.0;11.0;12.0+PTX"),
+    ("cpu", "none"), ("sm89", "8.9+PTX"), ("all", "7.5;8.0;8.6;9.0;10.0;11.0;12.0+PTX"),
 ])
 def test_the_arch_list_reaches_build_sh(rendered, tag, arch_list):
     script = rendered[tag]["build"]["script"]

@@ -117,3 +117,48 @@ def test_a_compiler_pin_not_zipped_with_cuda_is_bad_input(tmp_path):
     p = _gcc_config(tmp_path, zipped=False)
     with pytest.raises(BadInput, match="c_compiler_version is not zipped with cuda_compiler_version"):
         variants.read_config(p)
+
+
+CEP46 = """
+python: ["3.11"]
+pytorch: ["2.9"]
+cuda_compiler_version: [None, "12.9", "12.9", "12.9", "12.9", "12.9", "12.9", "12.9"]
+mmcv_arch_list: [none, "{a100}", "8.6+PTX", "8.9+PTX", "9.0+PTX", "10.0+PTX", "12.0+PTX", "8.0;9.0+PTX"]
+arch_tag: [cpu, sm80, sm86, sm89, sm90, sm100, sm120, all]
+cuda_arch_min: [none, "{a100_min}", "8.6", "8.9", "9.0", "10.0", "12.0", none]
+mmcv_priority: [0, {a100_priority}, 3, 4, 5, 6, 7, 1]
+zip_keys:
+  - [cuda_compiler_version, mmcv_arch_list, arch_tag, cuda_arch_min, mmcv_priority]
+"""
+
+
+def test_cep46_rows_carry_cuda_arch_min_and_a_priority_that_ranks_them():
+    """The repository's matrix: cpu < fat < per-generation by arch; each per-generation row's
+    cuda_arch_min is its arch, with PTX for it (CEP 46's notes on usage)."""
+    m = variants.load_matrix(load(), CONFIG)
+    for v in m:
+        if v.cuda is None or v.arch_tag == variants.FAT_TAG:
+            assert v.arch_min is None
+        else:
+            assert v.arch_min == str(min(t.arch for t in v.targets)) and v.arch_list.endswith("+PTX")
+    py311 = sorted((v.build_number, v.build_string_prefix) for v in m if v.python == "3.11")
+    assert [p for _, p in py311][-6:] == [f"cuda129_sm{a}" for a in ("80", "86", "89", "90", "100", "120")]
+    assert py311[0] == (0, "cpu") and {n for n, p in py311 if p.endswith("_all")} == {100}
+
+
+@pytest.mark.parametrize("a100, a100_min, a100_priority, message", [
+    ("8.0+PTX", "8.0", 2, None),
+    ("8.0+PTX", "8.6", 2, "cuda_arch_min should be '8.0'"),
+    ("8.0", "8.0", 2, r"needs PTX for its highest arch \(8.0\+PTX\)"),
+    ("8.0+PTX", "8.0", 3, "sm86's mmcv_priority 3 is not above sm80's 3"),
+    ("8.0+PTX", "8.0", 1, "sm80's mmcv_priority 1 is not above the fat and CPU builds' 1"),
+])
+def test_cep46_keys_are_checked_against_the_arch_list_and_the_ranking(tmp_path, a100, a100_min, a100_priority, message):
+    p = _config(tmp_path, CEP46.format(a100=a100, a100_min=a100_min, a100_priority=a100_priority))
+    combos = variants.read_config(p)
+    if message is None:
+        rows = variants.build_matrix(load(), combos)
+        assert {v.arch_tag: v.build_number for v in rows}["sm80"] == 200
+        return
+    with pytest.raises(CheckFailed, match=message):
+        variants.build_matrix(load(), combos)

@@ -7,9 +7,13 @@ Real .conda packages (made by py-rattler-build's `assemble_package`, empty of fi
   `cuda130_…` builds needing cuda-version 13, and `cpu_generic_py311_h…_200` builds
   (pytorch-cpu-feedstock's build strings);
 - cuda-version 12.8, 12.9, 13.0 with conda-forge's `constrains: __cuda >=<major>`;
+- cuda-arch, one per version of conda-forge's metapackage (STAND-IN, built like conda-forge's recipe:
+  noarch generic, `constrains: __cuda_arch <version>.*`; tests/data/solver_selection/cuda-arch-versions.toml);
 - one mmcv 2.2.0 per variant of a conda_build_config.yaml matrix, with the matrix's build strings
-  (`cuda129_sm89_py311_h…_0`, `cuda129_all_py311_h…_0`, `cpu_py311_h…_0`), `__cuda` and
-  cuda-version in its run requirements for CUDA builds, pinned to the matrix's pytorch;
+  (`cuda129_sm89_py311_h…_400`, `cuda129_all_py311_h…_100`, `cpu_py311_h…_0`), `__cuda` and
+  cuda-version in its run requirements for CUDA builds, pinned to the matrix's pytorch; a
+  per-generation build also `cuda-arch >=<cuda_arch_min>` (cuda-arch's run-export) and `__cuda_arch`,
+  its build number the matrix's (100 x mmcv_priority), as recipes/mmcv renders them;
 - python, mmstack and the tooling (typer, rich, pydantic, pyelftools, py-rattler,
   py-rattler-build, ruamel.yaml, pytest, ruff, matplotlib-base) so the repository's pixi.toml solves whole.
 
@@ -23,6 +27,11 @@ import hashlib
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+
+import tomllib
+
+CUDA_ARCH_VERSIONS = Path(__file__).resolve().parents[1] / "data" / "solver_selection" / "cuda-arch-versions.toml"
+STAND_IN = "STAND-IN (mmstack tests/support/fake_channel.py)"
 
 # Fixed timestamp: the same inputs give byte-identical packages.
 _TS = datetime(2025, 11, 1, tzinfo=timezone.utc)
@@ -61,10 +70,31 @@ def _cuda_range(cuda: str) -> str:
     return f"cuda-version >={cuda},<{int(cuda.split('.')[0]) + 1}"
 
 
+def cuda_arch_packages() -> list[Pkg]:
+    """STAND-IN cuda-arch: conda-forge's versions and its recipe's run constraint (the run-export
+    acts at build time only; the mmcv builds below carry what it exports)."""
+    spec = tomllib.loads(CUDA_ARCH_VERSIONS.read_text())
+    return [Pkg("cuda-arch", v, "", subdir="noarch", noarch="generic",
+                constrains=tuple(c.format(version=v) for c in spec["run_constraints"])) for v in spec["versions"]]
+
+
+def mmcv_depends(v, *, cuda_arch_guard: bool = True) -> tuple[str, ...]:
+    """One mmcv build's run requirements as recipes/mmcv renders them (plus the run-exports that
+    matter to a solve: cuda-version's, cuda-arch's). `cuda_arch_guard=False` leaves `__cuda_arch`
+    out: CEP 46's recipe pattern alone, which a conda without `__cuda_arch` does not hold back."""
+    torch = f"pytorch >={v.pytorch},<{v.pytorch}.999"
+    if v.cuda is None:
+        return (_py(v.python), torch, "numpy")
+    deps = (_py(v.python), torch, "__cuda", _cuda_range(v.cuda), "numpy")
+    if v.arch_min:
+        deps += (f"cuda-arch >={v.arch_min}",) + (("__cuda_arch",) if cuda_arch_guard else ())
+    return deps
+
+
 def standard_packages(matrix, *, pythons=("3.11", "3.12"), cuda_versions=("12.8", "12.9", "13.0"),
-                      extra: tuple[Pkg, ...] = ()) -> list[Pkg]:
+                      extra: tuple[Pkg, ...] = (), cuda_arch_guard: bool = True) -> list[Pkg]:
     """The channel for the repository's pixi.toml: runtime, tooling, and mmcv per matrix variant."""
-    pkgs: list[Pkg] = []
+    pkgs: list[Pkg] = cuda_arch_packages()
     for py in pythons:
         tag = py.replace(".", "")
         pkgs.append(Pkg("python", f"{py}.9", f"{tag}_cpython", depends=("__glibc >=2.17,<3.0.a0",)))
@@ -89,14 +119,9 @@ def standard_packages(matrix, *, pythons=("3.11", "3.12"), cuda_versions=("12.8"
         if v.python not in pythons:
             continue
         tag = v.python.replace(".", "")
-        torch = f"pytorch >={v.pytorch},<{v.pytorch}.999"
-        if v.cuda is None:
-            deps = (_py(v.python), f"{torch}", "numpy")
-        else:
-            deps = (_py(v.python), torch, "__cuda", _cuda_range(v.cuda), "numpy")
-        # recipes/mmcv: fat builds carry build number 100 so a plain `mmcv` spec prefers them
-        pkgs.append(Pkg("mmcv", "2.2.0", f"{v.build_string_prefix}_py{tag}", depends=deps,
-                        build_number=100 if v.arch_tag == variants_fat_tag() else 0))
+        # recipes/mmcv: the build number is the matrix's (cpu 0 < fat 100 < per-generation by arch)
+        pkgs.append(Pkg("mmcv", "2.2.0", f"{v.build_string_prefix}_py{tag}",
+                        depends=mmcv_depends(v, cuda_arch_guard=cuda_arch_guard), build_number=v.build_number))
     # recipes/mmdet's build (patched for mmcv 2.2) and conda-forge's unpatched one, which the
     # `mmcv22_*` build pin must keep out.
     pkgs.append(Pkg("mmdet", "3.3.0", "mmcv22_pyh", subdir="noarch", noarch="python",
@@ -132,16 +157,10 @@ def build_channel(dest: Path, packages: list[Pkg]) -> Path:
             name=p.name, version=p.version, target_platform=p.subdir, build_string=p.build_string,
             output_dir=str(dest / p.subdir), files=[], depends=list(p.depends), constrains=list(p.constrains),
             build_number=p.build_number, noarch=p.noarch, compression_level=1, timestamp=_TS,
-            detect_prefix=False, license="BSD-3-Clause", summary=f"mmstack test stand-in for {p.name}",
+            detect_prefix=False, license="BSD-3-Clause", summary=f"{STAND_IN}: mmstack test stand-in for {p.name}",
         )
     asyncio.run(index_fs(dest, write_zst=False, write_shards=False))
     return dest
-
-
-def variants_fat_tag() -> str:
-    from mmstack.variants.matrix import FAT_TAG
-
-    return FAT_TAG
 
 
 def url(dest: Path) -> str:

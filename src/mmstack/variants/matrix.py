@@ -8,6 +8,7 @@ arch tag agreeing with the arch set, every GPU generation served natively.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +20,11 @@ from mmstack.facts.gpus import Facts
 CONFIG_FILE = "conda_build_config.yaml"
 COMPILER_KEYS = ("c_compiler_version", "cxx_compiler_version")
 REQUIRED_KEYS = ("python", "pytorch", "cuda_compiler_version", "mmcv_arch_list", "arch_tag")
+# CEP 46 (conda/ceps cep-0046.md; conda-incubator/nvidia-virtual-packages README): a per-generation
+# row's host `cuda-arch <cuda_arch_min>` (run-export `cuda-arch >=<cuda_arch_min>`) and its install
+# priority (build number + 100 x mmcv_priority). Optional; zipped with cuda_compiler_version when given.
+CEP46_KEYS = ("cuda_arch_min", "mmcv_priority")
+PRIORITY_STEP = 100
 FAT_TAG = "all"
 CPU_TAG = "cpu"
 
@@ -37,6 +43,18 @@ class Variant:
     # c_compiler_version = cxx_compiler_version (gcc major), zipped with cuda_compiler_version
     # as conda-forge zips it; a job overriding the CUDA keys overrides these too
     compiler_version: str | None = None
+    # CEP 46: the compute capability the row's host `cuda-arch` pins (its lowest SASS arch); None for
+    # the CPU and fat rows, and where the config has no cuda_arch_min key
+    arch_min: str | None = None
+    # install priority (mmcv_priority): build number = PRIORITY_STEP x priority; None without the key
+    priority: int | None = None
+
+    @property
+    def build_number(self) -> int:
+        """The recipe's build number: 100 x priority where the row has one, else the fat +100 rule."""
+        if self.priority is not None:
+            return PRIORITY_STEP * self.priority
+        return PRIORITY_STEP if self.arch_tag == FAT_TAG else 0
 
     @property
     def build_string_prefix(self) -> str:
@@ -68,6 +86,8 @@ class Variant:
             "mmcv_arch_list": self.arch_list,
             "arch_tag": self.arch_tag,
             "build_string_prefix": self.build_string_prefix,
+            "cuda_arch_min": self.arch_min or "none",
+            "build_number": self.build_number,
             "envs": list(self.envs),
         }
 
@@ -84,6 +104,9 @@ class Variant:
             keys["c_stdlib_version"] = self.c_stdlib_version
         if self.compiler_version is not None:
             keys["c_compiler_version"] = keys["cxx_compiler_version"] = self.compiler_version
+        if self.priority is not None:
+            keys["cuda_arch_min"] = self.arch_min or "none"
+            keys["mmcv_priority"] = str(self.priority)
         return keys
 
 
@@ -114,7 +137,7 @@ def read_config(path: Path) -> list[dict]:
         raise BadInput("cuda_compiler_version, mmcv_arch_list and arch_tag must be zipped together",
                        source=f"{path}: zip_keys", fix="add them to one zip_keys group")
     cuda_group = next(set(g) for g in config.zip_keys or [] if "cuda_compiler_version" in g)
-    for key in COMPILER_KEYS:
+    for key in (*COMPILER_KEYS, *CEP46_KEYS):
         if key in keys and key not in cuda_group:
             raise BadInput(f"{key} is not zipped with cuda_compiler_version", source=f"{path}: zip_keys",
                            fix=f"add {key} to cuda_compiler_version's zip_keys group, one value per row (conda-forge zips them)")
@@ -134,6 +157,10 @@ def build_matrix(facts: Facts, combos: list[dict], *, source: str = CONFIG_FILE)
     if problems:
         raise CheckFailed(problems[0] + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""),
                           source=source, fix="edit the zipped rows so each CUDA version can build its arch set")
+    order = _priority_order(variants)
+    if order:
+        raise CheckFailed(order, source=source,
+                          fix="rank mmcv_priority cpu < fat < per-generation rows, rising with cuda_arch_min")
     variants = [_with_envs(facts, v) for v in variants]
     for gen in facts.generation:
         if not any(gen.env in v.envs for v in variants):
@@ -142,6 +169,32 @@ def build_matrix(facts: Facts, combos: list[dict], *, source: str = CONFIG_FILE)
                 source=source, fix=f"add a row with cuda_compiler_version {gen.cuda!r} and mmcv_arch_list {gen.compute_capability!r}",
             )
     return sorted(variants, key=_order)
+
+
+def _priority_order(variants: list[Variant]) -> str:
+    """CEP 46's ranking, where the rows carry mmcv_priority: a machine without `__cuda` takes the CPU
+    build, one with `__cuda` but no `__cuda_arch` the fat build (the per-generation builds need
+    `__cuda_arch`), and one with `__cuda_arch` the per-generation build of the highest
+    cuda_arch_min it reaches. '' when the ranking holds (or no row has a priority)."""
+    rank = {id(v): v.priority for v in variants if v.priority is not None}
+    if not rank:
+        return ""
+    if len(rank) != len(variants):
+        return "mmcv_priority is given for some rows only"
+    for py, cuda in sorted({(v.python, v.cuda) for v in variants if v.cuda}):
+        cpu = [rank[id(v)] for v in variants if v.cuda is None and v.python == py]
+        rows = [v for v in variants if v.cuda == cuda and v.python == py]
+        fat = [rank[id(v)] for v in rows if v.arch_tag == FAT_TAG]
+        gens = sorted((archmod.parse_arch(v.arch_min), rank[id(v)], v.arch_tag) for v in rows if v.arch_min)
+        if fat and cpu and min(fat) <= max(cpu):
+            return f"CUDA {cuda}: the fat build's mmcv_priority {min(fat)} is not above the CPU build's {max(cpu)}"
+        for (_, p, tag), (_, q, nxt) in itertools.pairwise(gens):
+            if q <= p:
+                return f"CUDA {cuda}: {nxt}'s mmcv_priority {q} is not above {tag}'s {p} (a higher cuda_arch_min ranks higher)"
+        low = max(cpu + fat, default=-1)
+        if gens and gens[0][1] <= low:
+            return f"CUDA {cuda}: {gens[0][2]}'s mmcv_priority {gens[0][1]} is not above the fat and CPU builds' {low}"
+    return ""
 
 
 def _order(v: Variant):
@@ -165,11 +218,21 @@ def _variant(facts: Facts, c: dict) -> Variant | str:
     compiler = next(iter(gcc.values()), None)
     if compiler is not None and not compiler.isdigit():
         return f"{label}: c_compiler_version {compiler!r} is not a gcc major version"
+    if ("cuda_arch_min" in c) != ("mmcv_priority" in c):
+        return f"{label}: cuda_arch_min and mmcv_priority must be given together"
+    raw_min = str(c.get("cuda_arch_min", "none"))
+    arch_min = None if raw_min.lower() == "none" else raw_min
+    raw_priority = str(c["mmcv_priority"]) if "mmcv_priority" in c else None
+    if raw_priority is not None and not raw_priority.isdigit():
+        return f"{label}: mmcv_priority {raw_priority!r} is not a whole number"
+    priority = int(raw_priority) if raw_priority is not None else None
     if cuda is None:
         if raw_list.lower() != "none" or tag != CPU_TAG:
             return f"{label}: the CPU variant needs mmcv_arch_list 'none' and arch_tag 'cpu'"
+        if arch_min is not None:
+            return f"{label}: the CPU variant needs cuda_arch_min 'none'"
         return Variant(str(c["python"]), str(c["pytorch"]), None, "none", CPU_TAG, c_stdlib_version=stdlib,
-                       compiler_version=compiler)
+                       compiler_version=compiler, priority=priority)
     try:
         toolkit = facts.toolkit(cuda)
         targets = archmod.parse_arch_list(raw_list, where="mmcv_arch_list")
@@ -185,8 +248,29 @@ def _variant(facts: Facts, c: dict) -> Variant | str:
     if compiler is not None and int(compiler) > toolkit.max_gcc:
         return (f"{label}: c_compiler_version {compiler}: CUDA {cuda}'s nvcc accepts gcc <= {toolkit.max_gcc} "
                 "(gpus.toml [[cuda]] max_gcc)")
+    problem = _cep46_problem(targets, tag, arch_min, priority)
+    if problem:
+        return f"{label}: {problem}"
     return Variant(str(c["python"]), str(c["pytorch"]), cuda, archmod.format_arch_list(targets), tag,
-                   c_stdlib_version=stdlib, compiler_version=compiler)
+                   c_stdlib_version=stdlib, compiler_version=compiler, arch_min=arch_min, priority=priority)
+
+
+def _cep46_problem(targets, tag: str, arch_min: str | None, priority: int | None) -> str:
+    """A CUDA row's cuda_arch_min against its arch list: 'none' for the fat row; for a per-generation
+    row its lowest SASS arch, with PTX for its highest arch (CEP 46, "Notes on usage": `__cuda_arch`
+    is the minimum over the GPUs, so newer GPUs beside it run the build through that PTX)."""
+    if priority is None:
+        return ""
+    if tag == FAT_TAG:
+        return "" if arch_min is None else "the fat variant needs cuda_arch_min 'none' (it runs without `__cuda_arch`)"
+    sass = sorted(t.arch for t in targets if t.kind == "sass")
+    expected = str(sass[0].plain) if sass else None
+    if arch_min != expected:
+        return f"cuda_arch_min should be {expected!r}, the lowest arch the row holds SASS for"
+    top = max(t.arch for t in targets)
+    if not any(t.kind == "ptx" and t.arch == top for t in targets):
+        return f"the per-generation row needs PTX for its highest arch ({top}+PTX): CEP 46's notes on usage"
+    return ""
 
 
 def arch_tag_for(targets) -> str:
@@ -208,7 +292,7 @@ def _with_envs(facts: Facts, v: Variant) -> Variant:
         if archmod.coverage(cc, v.targets).coverage is archmod.Coverage.NATIVE:
             envs.append(gen.env)
     return Variant(v.python, v.pytorch, v.cuda, v.arch_list, v.arch_tag, tuple(envs), v.c_stdlib_version,
-                   v.compiler_version)
+                   v.compiler_version, v.arch_min, v.priority)
 
 
 def load_matrix(facts: Facts, path: Path) -> list[Variant]:

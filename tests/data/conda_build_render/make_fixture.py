@@ -22,7 +22,8 @@ ROOT = Path(__file__).resolve().parents[3]
 RECIPE = ROOT / "recipes" / "mmcv"
 CONFIG = ROOT / "conda_build_config.yaml"
 OUT = Path(__file__).with_name("render.json")
-KEYS = ("python", "cuda_compiler_version", "c_stdlib_version", "mmcv_arch_list", "arch_tag", "pytorch")
+KEYS = ("python", "cuda_compiler_version", "c_stdlib_version", "mmcv_arch_list", "arch_tag", "pytorch",
+        "cuda_arch_min", "mmcv_priority")
 
 
 def main() -> int:

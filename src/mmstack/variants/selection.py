@@ -1,0 +1,82 @@
+"""Which mmcv build a solver picks for a machine: py-rattler with the machine's virtual packages.
+
+CEP 46 (conda/ceps cep-0046.md): `__cuda_arch` is the lowest compute capability among the
+machine's GPUs, `{major}.{minor}`, build string `0`, and absent whenever `__cuda` is absent.
+pixi declares the same pair for a rich platform (`cuda = { driver, arch }`: `__cuda` = driver,
+`__cuda_arch` = arch; prefix-dev/pixi crates/pixi_manifest/src/toml/platform.rs), conda through
+the nvidia-virtual-packages plugin (or CONDA_OVERRIDE_CUDA / CONDA_OVERRIDE_CUDA_ARCH). The solve
+is the real one, over real channels; nothing here ranks builds by itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from mmstack.errors import BadInput, rattler_errors
+
+# What a linux-64 machine declares besides CUDA (pixi.toml's rich platforms: glibc 2.28)
+GLIBC = "2.28"
+LINUX = "5.10"
+PLATFORM = "linux-64"
+
+
+@dataclass(frozen=True)
+class Machine:
+    """The CUDA virtual packages a machine declares: the driver's CUDA and `__cuda_arch`."""
+
+    cuda: str | None  # `__cuda`: None without an NVIDIA driver
+    cuda_arch: str | None  # `__cuda_arch`: None without a GPU, or for a conda that lacks the plugin
+
+    def virtual_packages(self) -> dict[str, str]:
+        vps = {"__glibc": GLIBC, "__linux": LINUX, "__unix": "0"}
+        if self.cuda:
+            vps["__cuda"] = self.cuda
+            if self.cuda_arch:  # CEP 46: `__cuda_arch` MUST be absent when `__cuda` is
+                vps["__cuda_arch"] = self.cuda_arch
+        return vps
+
+
+@dataclass(frozen=True)
+class Answer:
+    """The solver's answer for one package: the build it picked, or its refusal in one line."""
+
+    package: str
+    version: str | None = None
+    build: str | None = None
+    build_number: int | None = None
+    unsatisfiable: str | None = None
+
+    def as_dict(self) -> dict:
+        if self.unsatisfiable is not None:
+            return {"unsatisfiable": self.unsatisfiable}
+        return {"version": self.version, "build": self.build, "build_number": self.build_number}
+
+
+def solve(channels: list[str], specs: list[str], machine: Machine, *, package: str = "mmcv") -> Answer:
+    """Solve `specs` over `channels` (URLs, local ones as file://) for `machine`; `package`'s build."""
+    from rattler import BuildString, GenericVirtualPackage, PackageName, Subdir, Version, solve as rattler_solve
+
+    vps = [GenericVirtualPackage(PackageName(n), Version(v), BuildString("0"))
+           for n, v in machine.virtual_packages().items()]
+    try:
+        records = asyncio.run(rattler_solve(channels, specs, platforms=[Subdir(PLATFORM), Subdir("noarch")],
+                                            virtual_packages=vps))
+    except rattler_errors() as exc:
+        lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
+        return Answer(package, unsatisfiable=" ".join(lines)[:1200] or type(exc).__name__)
+    hit = next((r for r in records if r.name.normalized == package), None)
+    if hit is None:
+        raise BadInput(f"the solution holds no {package}", source=" ".join(specs), fix=f"ask for {package}")
+    return Answer(package, str(hit.version), str(hit.build), int(hit.build_number))
+
+
+def build_prefix(build: str) -> str:
+    """`cuda129_sm89_py311_h1234567_400` -> `cuda129_sm89` (the matrix's build_string_prefix)."""
+    return build.split("_py")[0]
+
+
+def mask_hash(build: str) -> str:
+    """`cuda129_sm89_py311_h1234567_400` -> `cuda129_sm89_py311_h*_400`: each channel hashes its own way."""
+    head, sep, tail = build.rpartition("_h")
+    return f"{head}_h*_{tail.split('_', 1)[1]}" if sep and "_" in tail else build

@@ -1,0 +1,122 @@
+"""Which mmcv build a solver installs for a machine (issue 45 item 2): py-rattler solved here, over
+tests/support/fake_channel.py's channel (mmcv per variant of conda_build_config.yaml as
+recipes/mmcv renders it; STAND-IN cuda-arch, pytorch, cuda-version), against the committed answers
+of py-rattler (tests/data/solver_selection/rattler.json) and of the real conda 26.7.1 with the
+nvidia-virtual-packages plugin (conda.json; their headers say how they were made). What is right is
+derived from the facts: the build whose SASS runs natively on the machine's `__cuda_arch`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("rattler", reason="py-rattler is the 'build' extra")
+
+from support import fake_channel
+
+from mmstack.facts import arch as archmod
+from mmstack.facts.gpus import load
+from mmstack.variants import matrix, selection
+
+DATA = Path(__file__).parent / "data" / "solver_selection"
+ROOT = Path(__file__).resolve().parents[1]
+CASES = json.loads((DATA / "cases.json").read_text())["cases"]
+RATTLER = {a["id"]: a for a in json.loads((DATA / "rattler.json").read_text())["answers"]}
+CONDA_DOC = json.loads((DATA / "conda.json").read_text())
+CONDA = {a["id"]: a for a in CONDA_DOC["answers"]}
+ARCH_CASES = [c for c in CASES if c["cuda_arch"] and c["cuda"] == "12.9" and "channel" not in c and "specs" not in c]
+
+
+@pytest.fixture(scope="module")
+def rows():
+    return matrix.load_matrix(load(), ROOT / matrix.CONFIG_FILE)
+
+
+@pytest.fixture(scope="module")
+def channels(tmp_path_factory, rows):
+    d = tmp_path_factory.mktemp("selection")
+    return {name: fake_channel.url(fake_channel.build_channel(d / name, fake_channel.standard_packages(rows, cuda_arch_guard=guard)))
+            for name, guard in (("guarded", True), ("unguarded", False))}
+
+
+def _solve(channels, case) -> dict:
+    doc = json.loads((DATA / "cases.json").read_text())
+    specs = case.get("specs") or [*doc["specs"], *case.get("extra_specs", [])]
+    answer = selection.solve([channels[case.get("channel", "guarded")]], specs,
+                             selection.Machine(case["cuda"], case["cuda_arch"]), package=case.get("package", "mmcv"))
+    out = answer.as_dict()
+    if out.get("build"):
+        out["build"] = selection.mask_hash(out["build"])
+    return out
+
+
+def _row(rows, build: str):
+    prefix = selection.build_prefix(build)
+    return next(v for v in rows if v.build_string_prefix == prefix and v.python == "3.11")
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c["id"])
+def test_py_rattler_answers_as_recorded(channels, case):
+    got = _solve(channels, case)
+    want = RATTLER[case["id"]]
+    if "unsatisfiable" in want:
+        assert "unsatisfiable" in got and got["unsatisfiable"].split(" ")[:6] == want["unsatisfiable"].split(" ")[:6]
+    else:
+        assert (got["build"], got["build_number"]) == (want["build"], want["build_number"])
+
+
+@pytest.mark.parametrize("case", ARCH_CASES, ids=lambda c: c["id"])
+def test_each_cuda_arch_gets_the_newest_build_whose_sass_runs_there_natively(rows, case):
+    """Both solvers: the per-generation build (never the fat one) whose SASS the GPU runs without JIT,
+    and of those the one of the highest arch (mmcv_priority)."""
+    gpu = archmod.parse_arch(case["cuda_arch"])
+    sass_runs = (archmod.Coverage.NATIVE, archmod.Coverage.LOWER_MINOR)  # SASS, no JIT (sm_100 on 10.3)
+    native = [v for v in rows if v.python == "3.11" and v.arch_min
+              and archmod.coverage(gpu, tuple(t for t in v.targets if t.kind == "sass")).coverage in sass_runs]
+    best = max(native, key=lambda v: v.build_number)
+    assert selection.build_prefix(RATTLER[case["id"]]["build"]) == best.build_string_prefix
+    assert RATTLER[case["id"]]["build_number"] == best.build_number
+
+
+def test_without_cuda_arch_both_solvers_take_a_fat_build_and_without_cuda_the_cpu_build(rows):
+    for answers in (RATTLER, CONDA):
+        assert _row(rows, answers["no-cuda_arch"]["build"]).arch_tag == matrix.FAT_TAG
+        assert _row(rows, answers["no-cuda"]["build"]).cuda is None
+        assert "__cuda_arch" not in answers["no-cuda_arch"]["virtual_packages"]
+
+
+def test_the_cuda_arch_requirement_is_what_keeps_a_conda_without_the_plugin_off_the_per_generation_builds(rows):
+    """CEP 46's pattern alone (host cuda-arch, its run-export): without `__cuda_arch` the run
+    constraint binds nothing and both solvers take the highest-priority build, sm120, on any GPU."""
+    for answers in (RATTLER, CONDA):
+        assert _row(rows, answers["no-cuda_arch-unguarded"]["build"]).arch_tag == "sm120"
+
+
+def test_a_driver_too_old_is_refused_naming_the_driver():
+    assert "__cuda 11.8" in RATTLER["driver-too-old"]["unsatisfiable"]
+    assert "__cuda >=12" in RATTLER["driver-too-old"]["unsatisfiable"]
+
+
+def test_the_conda_fixture_says_how_it_was_made_and_agrees_where_conda_checks_run_constraints(rows):
+    """The real conda 26.7.1 (classic solver) with the plugin: `__cuda_arch` reaches it (each case
+    records the virtual packages conda reported), it agrees with py-rattler without `__cuda_arch`
+    and without `__cuda`; it does not check run constraints (`constrains`) against virtual packages:
+    it installs cuda-version 12.9 on a driver of CUDA 11.8 and cuda-arch 12.1 on `__cuda_arch` 8.0
+    (the probes), so with `__cuda_arch` it takes sm120 whatever the GPU, where py-rattler refuses."""
+    assert CONDA_DOC["conda"] == "26.7.1" and CONDA_DOC["solver"] == "classic" and CONDA_DOC["nvidia_virtual_packages"]
+    for case in ARCH_CASES:
+        assert CONDA[case["id"]]["virtual_packages"] == {"__cuda": case["cuda"], "__cuda_arch": case["cuda_arch"]}
+    assert CONDA["probe-cuda-version-12.9-on-driver-11.8"].get("build") and "unsatisfiable" in RATTLER["probe-cuda-version-12.9-on-driver-11.8"]
+    assert CONDA["probe-cuda-arch-12.1-on-cuda_arch-8.0"].get("build") and "unsatisfiable" in RATTLER["probe-cuda-arch-12.1-on-cuda_arch-8.0"]
+    assert {selection.build_prefix(CONDA[c["id"]]["build"]) for c in ARCH_CASES} == {"cuda129_sm120"}
+    assert CONDA["no-cuda"]["build"] == RATTLER["no-cuda"]["build"]
+
+
+def test_the_fixtures_come_from_the_committed_scripts():
+    for name in ("rattler.json", "conda.json"):
+        doc = json.loads((DATA / name).read_text())
+        script = doc["generated_by"].split()[-2]
+        assert (ROOT / script).is_file() and "STAND-IN" in doc["stand_in"]
+        assert {a["id"] for a in doc["answers"]} == {c["id"] for c in CASES}
