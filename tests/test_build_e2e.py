@@ -31,7 +31,7 @@ import pytest
 
 pytest.importorskip("rattler_build", reason="py-rattler-build is the optional 'build' extra")
 
-from support import bootstrap, offline
+from support import bootstrap, ci_steps, offline
 
 from mmstack.builder import channel, recipes as build
 
@@ -63,7 +63,8 @@ def _inputs_key(boot: Path) -> str:
              *sorted((ROOT / "recipes" / "mmdet").rglob("*")), *sorted((ROOT / "recipes" / "mmengine").rglob("*")),
              *sorted((ROOT / "recipes" / "mmstack").rglob("*")), *sorted((ROOT / "src" / "mmstack").rglob("*.py")),
              *sorted((ROOT / "src" / "mmstack" / "data").rglob("*")),
-             *sorted((ROOT / "src" / "mmstack" / "ci" / "templates").rglob("*")), Path(build.__file__), Path(channel.__file__)]
+             *sorted((ROOT / "src" / "mmstack" / "ci" / "templates").rglob("*")), Path(build.__file__), Path(channel.__file__),
+             *sorted((ROOT / "scripts").glob("*.sh")), ci_steps.WORKFLOW, Path(ci_steps.__file__)]
     for f in files:
         if f.is_file() and "__pycache__" not in f.parts:
             h.update(f.relative_to(ROOT).as_posix().encode() + b"\0" + f.read_bytes())
@@ -90,21 +91,39 @@ def built_channel(bootstrap_channel: Path) -> dict:
     work = Path(tempfile.mkdtemp(prefix=".tmp-mmcv-cpu-", dir=bootstrap.CACHE_ROOT))
     try:
         ch = work / "channel"  # the test's ./channel
-        recipes = [offline.offline_recipe_for(name, ROOT / "recipes" / name, work / "recipes" / name)
-                   for name in ("mmengine", "mmcv", "mmdet")]
+        for name in ("mmengine", "mmcv", "mmdet"):
+            offline.offline_recipe_for(name, ROOT / "recipes" / name, work / "recipes" / name)
         started = time.monotonic()
-        os.environ[bootstrap.NO_TORCHVISION_ENV] = "1"  # read when the recipe renders its tests
-        # as `mmstack build --env cpu` does it (mmstack first: the others' tests run `mmstack verify`
-        # and `python -m mmstack.verify.train_detector`), for the one python the bootstrap channel has
-        built = build.run_stack_build(root=ROOT, channel_dir=ch, env="cpu", select={"python": "3.11"},
-                                      recipes=[ROOT / "recipes" / "mmstack", *recipes], variant_config=CONFIG,
-                                      overrides=_compiler_overrides(), extra_channels=[bootstrap_channel],
-                                      progress=_say, work_dir=work)
+        # The generated workflow's own steps, in job order (noarch, build, test), for the CPU variant
+        # of the one python the bootstrap channel has: mmstack build --no-test on the "CPU runner",
+        # then mmstack test on the package file (tests/support/ci_steps.py)
+        doc = ci_steps.workflow()
+        (key,) = [e["key"] for e in doc["jobs"]["build"]["strategy"]["matrix"]["include"]
+                  if e["runner_key"] == "cpu" and e["python"] == "3.11"]
+        entry = {**ci_steps.matrix_entry(doc, key), **_compiler_overrides()}
+        steps = (ci_steps.script_steps(doc, "noarch") + ci_steps.script_steps(doc, "build", entry)
+                 + ci_steps.script_steps(doc, "test", entry))
+        reports = work / "reports"
+        env = {"MMSTACK_SOURCE_CHANNEL": str(bootstrap_channel), "MMSTACK_RECIPES": str(work / "recipes"),
+               "MMSTACK_OUTPUT": str(ch), "MMSTACK_REPORTS": str(reports),
+               bootstrap.NO_TORCHVISION_ENV: "1",  # read when the recipes render their tests
+               "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+        ci_steps.run_steps(steps, env=env, log=_say)
+        built = [p for f in ("build-noarch", "build-mmdet", "build-mmcv")
+                 for p in json.loads((reports / f"{f}.json").read_text())["packages"]]
+        tests = {t["build_string"]: t for f in ("test-mmcv", "test-mmdet")
+                 for t in json.loads((reports / f"{f}.json").read_text())["packages"]}
+        for p in built:
+            if p["build_string"] in tests:  # built with --no-test: the test job's results
+                assert tests[p["build_string"]]["passed"], tests[p["build_string"]]
+                p["test_results"] = tests[p["build_string"]]["test_results"]
+                p["test_seconds"] = tests[p["build_string"]]["seconds"]
         summary = {
             "stand_in": f"built against {bootstrap_channel.name} (tests/support/bootstrap.py stand-ins for "
                         "conda-forge), without torchvision in the recipe's test environment",
+            "ci_steps": steps,
             "seconds": round(time.monotonic() - started),
-            "packages": [p.as_dict() | {"size": p.path.stat().st_size} for p in built],
+            "packages": [p | {"size": Path(p["path"]).stat().st_size} for p in built],
         }
         for p in summary["packages"]:
             p["path"] = str(Path(p["path"]).relative_to(ch))
@@ -114,7 +133,6 @@ def built_channel(bootstrap_channel: Path) -> dict:
         except OSError:  # a concurrent run cached it first
             pass
     finally:
-        os.environ.pop(bootstrap.NO_TORCHVISION_ENV, None)
         shutil.rmtree(work, ignore_errors=True)
     return {**summary, "channel": cache, "cached": False}
 

@@ -83,13 +83,38 @@ def test_committed_build_yml_builds_each_variant_with_its_keys(matrix):
     for key in matrix[0].variant_keys():
         assert f'--variant "{key}=${{{{ matrix.{key} }}}}"' in build_step["run"]
     script = (ROOT / "scripts" / "build-variant.sh").read_text()
-    assert "rattler-build build" in script and "--recipe recipes/mmcv --variant-config conda_build_config.yaml" in script
-    # the channel job gathers every variant's artifact, indexes and publishes
+    assert "mmstack build --all --recipe \"$RECIPES/mmcv\" --no-test" in script
+    # the channel job gathers the noarch packages and only the mmcv packages whose test job passed
     channel = doc["jobs"]["channel"]
-    assert channel["needs"] == ["mmstack", "build"]
-    assert any("rattler-index fs channel" in s.get("run", "") for s in channel["steps"])
+    assert channel["needs"] == ["noarch", "test"]
+    downloads = [s["with"] for s in channel["steps"] if s.get("uses", "").startswith("actions/download-artifact@")]
+    assert {d.get("pattern") or d.get("name") for d in downloads} == {"tested-*", "noarch"}
+    assert any(s.get("run", "") == "mmstack channel index channel" for s in channel["steps"])
     assert any(s.get("run", "").startswith("scripts/describe-channel.sh") for s in channel["steps"])
     assert any(s.get("uses", "").startswith("actions/deploy-pages@") for s in doc["jobs"]["publish"]["steps"])
+
+
+def test_build_jobs_compile_on_cpus_and_the_gpu_runs_only_the_tests(matrix):
+    """One build job per variant on CPU_RUNNER (tests skipped, the .conda uploaded), one test job
+    per variant on the GPU runner its runner_key maps to (the package's whole test section through
+    `mmstack test`, the ladder with --expect-gpu where a GPU is present), uploading the package for
+    the channel only when that passed."""
+    doc = yaml.safe_load(BUILD.read_text())
+    build, test = doc["jobs"]["build"], doc["jobs"]["test"]
+    assert "GPU_RUNNERS" not in build["runs-on"] and "CPU_RUNNER" in build["runs-on"]
+    assert "GPU_RUNNERS" in test["runs-on"] and "matrix.runner_key" in test["runs-on"]
+    assert test["needs"] == ["noarch", "build"]
+    assert test["strategy"]["matrix"]["include"] == build["strategy"]["matrix"]["include"]
+    runs = [s.get("run", "") for s in build["steps"]]
+    assert not any("gpu-probe" in r or "ladder" in r or "test-variant" in r for r in runs)
+    assert any(s.get("uses", "").startswith("actions/cache@") for s in build["steps"]), "the compiler caches stay on the build jobs"
+    uploads = [s["with"] for s in build["steps"] if s.get("uses", "").startswith("actions/upload-artifact@")]
+    assert [u["name"] for u in uploads] == ["build-${{ matrix.key }}"]
+    order = [s.get("run", s.get("uses", "")).split()[0] for s in test["steps"]]
+    assert order.index("scripts/gpu-probe.sh") < order.index("scripts/test-variant.sh") < order.index("scripts/ladder.sh")
+    tested = next(s for s in test["steps"] if s.get("uses", "").startswith("actions/upload-artifact@"))
+    assert tested["with"]["name"] == "tested-${{ matrix.key }}" and "if" not in tested
+    assert "mmstack test" in (ROOT / "scripts" / "test-variant.sh").read_text()
 
 
 def test_committed_locks_yml_installs_every_environment_locked():
@@ -238,7 +263,8 @@ def test_every_script_the_workflows_call_exists_and_parses():
     called = set()
     for path in (BUILD, LOCKS):
         called |= set(_re.findall(r"\bscripts/[\w.-]+\.sh\b", path.read_text()))
-    assert {"scripts/build-variant.sh", "scripts/gpu-probe.sh", "scripts/lock-diff.sh", "scripts/fetch-channel.sh"} <= called
+    assert {"scripts/build-noarch.sh", "scripts/build-variant.sh", "scripts/test-variant.sh", "scripts/gpu-probe.sh",
+            "scripts/lock-diff.sh", "scripts/fetch-channel.sh"} <= called
     for rel in sorted(called):
         script = ROOT / rel
         assert script.is_file() and os.access(script, os.X_OK), rel

@@ -35,11 +35,10 @@ TEMPLATES = Path(__file__).with_name("templates")
 
 # Pinned versions, once: setup-pixi as pixi's CI docs pin it
 # (https://pixi.sh/latest/integration/ci/github_actions/; pixi itself is the floor of pixi.toml's
-# `requires-pixi`, read from pixi.toml), rattler-build at the version the `build` extra's
-# py-rattler-build embeds (`rattler_build.get_rattler_build_version_py()`).
+# `requires-pixi`, read from pixi.toml). The build and test jobs run mmstack's own `build
+# --no-test` and `test` (py-rattler-build, pinned by the `build` extra), so a lab runs the same steps
+# by hand and tests/test_build_e2e.py runs them against the local engine.
 SETUP_PIXI = "prefix-dev/setup-pixi@v0.9.2"
-RATTLER_BUILD_SPEC = "rattler-build==0.73.*"
-RATTLER_INDEX_SPEC = "rattler-index"
 # conda-lock as the `test` extra pins it (tests/test_ci_workflows.py holds the two equal): locks.yml
 # runs its `--check-input-hash` on every committed conda-lock file, as tests/test_envs_conda_lock.py does.
 CONDA_LOCK_SPEC = "conda-lock==4.0.3"
@@ -131,8 +130,7 @@ def render(root: Path) -> dict[Path, str]:
     build = _env().get_template(BUILD_FILE.name).render(
         **common,
         count=len(variants),
-        rattler_build_spec=RATTLER_BUILD_SPEC,
-        rattler_index_spec=RATTLER_INDEX_SPEC,
+        variant_keys=list(variants[0].variant_keys()) if variants else [],
         include=_yaml_list(github_matrix(variants, config_path=config)["include"]),
     )
     locks = _env().get_template(LOCKS_FILE.name).render(**common, include=_yaml_list(env_cuda(facts, variants)),
@@ -185,8 +183,8 @@ def check_workflows(root: Path) -> str:
     """For `mmstack check`: raise CheckFailed on drift; else a one-line summary."""
     expected = render(root)
     _raise_first(drift(root, expected))
-    jobs = expected[BUILD_FILE].count("\n          - name: ")
-    return (f"{BUILD_FILE.name} ({jobs} build jobs) and {LOCKS_FILE.name} match {CONFIG_FILE} "
+    jobs = len(load_matrix(load(), Path(root) / CONFIG_FILE))
+    return (f"{BUILD_FILE.name} ({jobs} build and {jobs} test jobs) and {LOCKS_FILE.name} match {CONFIG_FILE} "
             f"(digest {config_digest(Path(root) / CONFIG_FILE)})")
 
 
