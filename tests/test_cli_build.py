@@ -146,7 +146,7 @@ def test_reachable_and_non_channel_urls(tmp_path):
     import http.server
     import threading
 
-    from mmstack.builder.channel import unreachable
+    from mmstack.builder.reach import unreachable
 
     (tmp_path / "ch" / "noarch").mkdir(parents=True)
     (tmp_path / "ch" / "noarch" / "repodata.json").write_text("{}")

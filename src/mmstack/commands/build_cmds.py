@@ -7,7 +7,8 @@ from pathlib import Path
 
 from mmstack import report
 from mmstack.builder import progress as progressmod
-from mmstack.builder.channel import index_channel, require_reachable
+from mmstack.builder.channel import index_channel
+from mmstack.builder.reach import require_reachable
 from mmstack.builder.recipes import (
     ALL,
     DEFAULT_CHANNELS,

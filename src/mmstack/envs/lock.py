@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mmstack import progress, report
+from mmstack.builder.reach import require_indexed, require_reachable
 from mmstack.envs import lockfile, pixi_manifest, policy
 from mmstack.envs.lockfile import LockedEnv
 from mmstack.envs.pixi_manifest import EnvSpec, Manifest, Platform
@@ -95,7 +96,7 @@ def solve_env(env: EnvSpec, facts: Facts, channels: list[str], *, gateway=None) 
         raise BadInput(f"environment {env.name!r} resolves to {len(env.platforms)} platforms", source=pixi_manifest.MANIFEST,
                        fix="bind one of its features to a single platform")
     plat = env.platforms[0]
-    _check_local_channels(channels, plat.subdir)
+    require_indexed(channels)
     specs = [s.match_spec for s in env.specs]
     try:
         records = asyncio.run(solve(
@@ -108,24 +109,6 @@ def solve_env(env: EnvSpec, facts: Facts, channels: list[str], *, gateway=None) 
         raise CheckFailed(f"{env.name}: cannot solve: {reason}",
                           fix="check the channels (--channel for a mirror or local channel) and the pins in pixi.toml") from None
     return plat, records
-
-
-def _check_local_channels(channels: list[str], subdir: str) -> None:
-    """A local channel must be an indexed channel before the solver sees it.
-
-    (Also keeps rattler from failing on it while a remote fetch is still in flight, which can
-    abort the interpreter at exit.)
-    """
-    from urllib.parse import unquote, urlparse
-
-    for c in channels:
-        if not c.startswith("file://"):
-            continue
-        root = Path(unquote(urlparse(c).path))
-        if not (root / "noarch" / "repodata.json").is_file():
-            raise BadInput(f"channel {c} is not an indexed conda channel (no noarch/repodata.json)",
-                           fix="build and index it (`mmstack build --all --channel channel`, `mmstack channel index channel`)"
-                               " or pass --channel")
 
 
 def locked_env(env: str, plat: Platform, channels: list[str], records) -> LockedEnv:
@@ -208,8 +191,6 @@ def run_lock(*, root: Path = Path("."), envs: list[str] | None = None, channels:
         return 0
 
     names = _selected(inputs.manifest, envs)
-    from mmstack.builder.channel import require_reachable
-
     require_reachable(inputs.channels, option="--channel")
     lock_path = root / lockfile.PIXI_LOCK
     old = lockfile.read_pixi_lock(lock_path, inputs.manifest.platforms) if lock_path.is_file() else {}

@@ -27,7 +27,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mmstack.builder.channel import channel_url  # one place: the channel stage owns channel URLs
+from mmstack.builder.reach import channel_url  # one place: what a channel's name means, whether it answers
 from mmstack.errors import BadInput
 
 if sys.version_info >= (3, 11):
