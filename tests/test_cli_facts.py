@@ -158,7 +158,7 @@ def test_gpus_filters():
     code, out, _ = mmstack("gpus", "--env", "none", "--arch", "7.5", "--json")
     assert code == 0 and json.loads(out) and all(r["environment"] is None for r in json.loads(out))
     code, out, _ = mmstack("gpus", "--arch", "12", "--env", "rtx5090")
-    assert code == 0 and "GB10" in out and "lower minor" in out
+    assert code == 0 and "RTX 5090" in out and "GB10" not in out  # GB10 only comes in Arm hosts (issue 40)
 
 
 def test_a_compute_capability_no_gpu_has_is_bad_input_not_a_needs_cuda_question_mark():
@@ -196,3 +196,31 @@ def test_arch_check_package_fails_a_build_needing_a_newer_glibc_than_the_system(
     assert code == 0 and json.loads(out)["ok"] is True
     code, out, _ = mmstack("fatbin", str(so), "--json")
     assert json.loads(out)["glibc"] == needed
+
+
+@pytest.mark.parametrize("name", ["NVIDIA GH200 480GB", "NVIDIA GB200", "GB300", "NVIDIA GB10"])
+def test_arm_hosted_gpus_get_no_linux64_environment(name):
+    """Issue 40 item 5: these only come in linux-aarch64 hosts; every environment is linux-64."""
+    code, out, _ = mmstack("gpus", name, "--json")
+    row = json.loads(out)
+    assert code == 0 and row["environment"] is None and row["verify"] is None and row["host"] == "linux-aarch64"
+    assert "no linux-aarch64 environment exists yet" in row["environment_reason"]
+    assert "TORCH_CUDA_ARCH_LIST=" in row["environment_reason"]
+
+
+@pytest.mark.parametrize("name, cc, runs", [("Tesla T4", "7.5", "native"), ("Tesla V100-SXM2-16GB", "7.0", "native"),
+                                            ("Tesla P100-PCIE-16GB", "6.0", "native"), ("GeForce GTX 1080", "6.1", "lower-minor")])
+def test_turing_volta_pascal_are_told_the_fat_build(name, cc, runs):
+    """Issue 41 item 6: the fat build of the matrix (conda_build_config.yaml) carries their SASS; the answer
+    names it, derived from the matrix, with how to install it."""
+    code, out, _ = mmstack("gpus", name, "--json")
+    row = json.loads(out)
+    assert code == 0 and row["compute_capability"] == cc and row["environment"] is None
+    assert row["build"] == "cuda129_all" and row["environment_runs"] == runs
+    assert '"mmcv=*=cuda129_all*"' in row["environment_reason"]
+
+
+def test_a_dropped_arch_gets_no_fat_build():
+    code, out, _ = mmstack("gpus", "Tesla K80", "--json")
+    row = json.loads(out)
+    assert code == 0 and row["build"] is None and "11.8" in row["environment_reason"]

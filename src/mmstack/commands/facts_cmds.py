@@ -18,18 +18,36 @@ _MB = 1 << 20
 LARGE_PACKAGE = 100 * _MB  # compressed members: `arch check --package` shows its progress above this
 
 
-def _gpu_row(facts, gpu) -> dict:
-    served = archmod.serving_env(facts, gpu.compute_capability, segment=gpu.segment)
+def _fat_builds(facts) -> tuple[archmod.Build, ...]:
+    """The matrix's builds no generation environment takes (the fat `cuda129_all`), from the
+    conda_build_config.yaml here (a checkout of mmstack); none where it cannot be read."""
+    from mmstack.errors import CheckFailed
+
+    config = Path(variants.CONFIG_FILE)
+    if not config.is_file():
+        return ()
+    try:
+        matrix = variants.load_matrix(facts, config)
+    except (BadInput, CheckFailed):
+        return ()
+    return tuple(archmod.Build(v.build_string_prefix, v.cuda, v.targets) for v in matrix
+                 if v.cuda is not None and v.arch_tag == variants.FAT_TAG)
+
+
+def _gpu_row(facts, gpu, builds: tuple = ()) -> dict:
+    served = archmod.serving_env(facts, gpu.compute_capability, segment=gpu.segment, host=gpu.host, builds=builds)
     return {
         "name": gpu.name,
         "compute_capability": gpu.compute_capability,
         "architecture": gpu.architecture,
         "segment": gpu.segment,
+        "host": gpu.host or "linux-64 or linux-aarch64",
         "first_cuda": facts.first_cuda(gpu.compute_capability),
         "last_cuda": facts.last_cuda(gpu.compute_capability),
         "environment": served.env,
         "environment_runs": served.coverage.value,
         "environment_reason": served.reason,
+        "build": served.build,
     }
 
 
@@ -49,7 +67,7 @@ def run_gpus(*, name: str | None, as_json: bool, arch: str | None = None, env: s
     if name:
         gpu = facts.find_gpu(name)
         cc = gpu.compute_capability
-        row = _gpu_row(facts, gpu)
+        row = _gpu_row(facts, gpu, _fat_builds(facts))
         gen = facts.env(row["environment"]) if row["environment"] else None
         data = {
             **row,
@@ -74,10 +92,11 @@ def run_gpus(*, name: str | None, as_json: bool, arch: str | None = None, env: s
     if env is not None and env != "none":
         facts.env(env)  # unknown env: exit 2 with a did-you-mean
     rows = []
+    builds = _fat_builds(facts)
     for gpu in sorted(facts.gpu, key=lambda g: (archmod.parse_arch(g.compute_capability), g.name)):
         if not keep_arch(gpu.compute_capability):
             continue
-        row = _gpu_row(facts, gpu)
+        row = _gpu_row(facts, gpu, builds)
         if env is not None and (row["environment"] or "none") != env:
             continue
         rows.append(row)
@@ -87,7 +106,8 @@ def run_gpus(*, name: str | None, as_json: bool, arch: str | None = None, env: s
         runs = {"native": "native", "lower-minor": "lower minor", "ptx-jit": "PTX JIT", "none": "-"}
         report.print_table(["GPU", "CC", "architecture", "first CUDA", "env", "runs"],
                            [(r["name"], r["compute_capability"], r["architecture"], r["first_cuda"],
-                             r["environment"] or "none", runs[r["environment_runs"]]) for r in rows],
+                             r["environment"] or (f"none ({r['build']})" if r["build"] else "none"),
+                             runs[r["environment_runs"]]) for r in rows],
                            title=f"{len(rows)} GPUs" + (f" (--arch {arch})" if arch else "") + (f" (--env {env})" if env else ""))
     return 0
 

@@ -276,23 +276,45 @@ def newest_buildable(targets, facts: Facts) -> list[str]:
 @dataclass(frozen=True)
 class Serving:
     env: str | None  # the mmstack environment that runs this GPU best, None when none does
-    coverage: Coverage  # how that environment's build runs on it (NONE when env is None)
+    coverage: Coverage  # how that environment's build (or `build`) runs on it (NONE when neither does)
     reason: str
+    build: str | None = None  # with no env: the matrix's fat build that runs it ("cuda129_all"), if any
 
     def as_dict(self) -> dict:
-        return {"env": self.env, "coverage": self.coverage.value, "reason": self.reason}
+        return {"env": self.env, "coverage": self.coverage.value, "reason": self.reason, "build": self.build}
 
 
 _ORDER = {Coverage.NONE: 0, Coverage.PTX_JIT: 1, Coverage.LOWER_MINOR: 2, Coverage.NATIVE: 3}
 
 
-def serving_env(facts: Facts, cc: str, *, segment: str = "") -> Serving:
+@dataclass(frozen=True)
+class Build:
+    """A build of the variant matrix that no generation environment takes (the fat `cuda129_all`)."""
+
+    prefix: str  # its build string prefix, "cuda129_all"
+    cuda: str
+    targets: tuple[Target, ...]
+
+
+def serving_env(facts: Facts, cc: str, *, segment: str = "", host: str = "", builds: tuple[Build, ...] = ()) -> Serving:
     """The environment whose build runs a GPU of compute capability `cc`: natively, on lower-minor
     SASS of the same major, through PTX, or none. Each generation environment carries only its own
-    SASS (conda_build_config.yaml: one arch per generation), so the rules of `coverage` decide."""
+    SASS (conda_build_config.yaml: one arch per generation), so the rules of `coverage` decide. A GPU
+    that only comes in hosts of another platform (`host`, gpus.toml) than every environment's gets none."""
+    platforms = sorted({g.platform for g in facts.generation if g.is_gpu})
     if segment == "jetson":
-        return Serving(None, Coverage.NONE, "Jetson modules run linux-aarch64 (JetPack); mmstack's environments are"
-                       " linux-64: use NVIDIA's JetPack builds of torch and build mmcv there")
+        return Serving(None, Coverage.NONE, f"Jetson modules run linux-aarch64 (JetPack); mmstack's environments are"
+                       f" {', '.join(platforms)}: use NVIDIA's JetPack builds of torch and build mmcv there")
+    if host and host not in platforms:
+        gpu = parse_arch(cc, where="compute capability")
+        would = serving_env(facts, cc)
+        same = (f"; the {would.env} environment's build ({gpu.sm if would.coverage is Coverage.NATIVE else 'its SASS'})"
+                f" is what it would run once an environment for {host} exists" if would.env else "")
+        return Serving(None, Coverage.NONE,
+                       f"this GPU only comes in {host} hosts and every mmstack environment is {', '.join(platforms)}"
+                       f" (no {host} environment exists yet){same}: on that host install a {host} CUDA pytorch"
+                       f" (conda-forge builds them) and build mmcv with TORCH_CUDA_ARCH_LIST={gpu}"
+                       f" ({cuda_range(facts, str(gpu))})")
     gpu = parse_arch(cc, where="compute capability")
     best: tuple[Coverage, str] | None = None
     for gen in facts.generation:
@@ -302,6 +324,9 @@ def serving_env(facts: Facts, cc: str, *, segment: str = "") -> Serving:
         if result.coverage is not Coverage.NONE and (best is None or _ORDER[result.coverage] > _ORDER[best[0]]):
             best = (result.coverage, gen.env)
     if best is None:
+        fat = _best_build(facts, gpu, builds)
+        if fat is not None:
+            return fat
         last = facts.last_cuda(str(gpu))
         if last is None:
             return Serving(None, Coverage.NONE, f"no mmstack environment carries SASS or PTX that runs on {gpu} ({gpu.sm});"
@@ -313,6 +338,26 @@ def serving_env(facts: Facts, cc: str, *, segment: str = "") -> Serving:
            Coverage.LOWER_MINOR: f"SASS of {facts.env(env).compute_capability} (same major, lower minor: runs, not tuned)",
            Coverage.PTX_JIT: "PTX JIT"}[cov]
     return Serving(env, cov, f"the {env} environment runs it with {how}")
+
+
+def _best_build(facts: Facts, gpu: Arch, builds: tuple[Build, ...]) -> Serving | None:
+    """No generation environment serves `gpu`: the matrix's other build that runs it best (the oldest CUDA of
+    the best, for the widest range of drivers), as something the user can install."""
+    ranked = [(coverage(gpu, b.targets, cuda=b.cuda, facts=facts), b) for b in builds]
+    ranked = [(r, b) for r, b in ranked if r.coverage is not Coverage.NONE]
+    if not ranked:
+        return None
+    r, b = min(ranked, key=lambda rb: (-_ORDER[rb[0].coverage], version_key(rb[1].cuda)))
+    how = {Coverage.NATIVE: f"native {gpu.sm} SASS", Coverage.LOWER_MINOR: f"{r.target.arch.sm} SASS (same major, lower"
+           " minor: runs, not tuned)", Coverage.PTX_JIT: f"PTX JIT from {r.target.arch.compute}"}[r.coverage]
+    tk = facts.toolkit(b.cuda)
+    driver = f"driver >= {tk.driver}" if tk.driver else f"a CUDA {b.cuda} driver"
+    return Serving(None, r.coverage, build=b.prefix, reason=
+                   f"no per-generation environment carries {gpu}; the fat build {b.prefix} (CUDA {b.cuda},"
+                   f" {format_arch_list(b.targets)}) runs it with {how}: build it (`mmstack build --all`) or take it"
+                   f" from an mmstack channel, then conda install -c CHANNEL -c conda-forge \"mmcv=*={b.prefix}*\""
+                   f" \"pytorch=*=cuda*\" \"cuda-version={b.cuda}.*\" ({driver}, or CUDA {tk.major} minor-version"
+                   " compatibility)")
 
 
 def _dropped(facts: Facts, gpu: Arch, last: str) -> str:
@@ -386,7 +431,7 @@ def _subject(facts: Facts, gpu_name: str | None, cc: str | None) -> _Subject:
 
 
 def _install_hint(facts: Facts, who: _Subject) -> str:
-    served = serving_env(facts, str(who.cc), segment=getattr(who.gpu, "segment", ""))
+    served = serving_env(facts, str(who.cc), segment=getattr(who.gpu, "segment", ""), host=getattr(who.gpu, "host", ""))
     if served.env and served.coverage is Coverage.NATIVE:
         return (f"install the {served.env} environment (`pixi run -e {served.env} verify`, or conda"
                 f" \"mmcv=*=cuda*_sm{who.cc.major}{who.cc.minor}*\" from an mmstack channel)")

@@ -88,7 +88,7 @@ def assign_envs(gpus: list[dict], facts: Facts) -> list[dict]:
                         "command": None})
             continue
         segment = known.segment if known is not None and known.compute_capability == cc else ""
-        served = serving_env(facts, cc, segment=segment)
+        served = serving_env(facts, cc, segment=segment, host=known.host if segment and known else "")
         out.append({**g, "compute_capability": cc,
                     "known_as": known.name if known is not None and known.compute_capability == cc else None,
                     "environment": served.env, "runs": served.coverage.value, "reason": served.reason,
