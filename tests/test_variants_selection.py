@@ -120,3 +120,32 @@ def test_the_fixtures_come_from_the_committed_scripts():
         script = doc["generated_by"].split()[-2]
         assert (ROOT / script).is_file() and "STAND-IN" in doc["stand_in"]
         assert {a["id"] for a in doc["answers"]} == {c["id"] for c in CASES}
+
+
+def test_the_device_channels_stand_in_cuda_arch_is_built_like_conda_forges(tmp_path):
+    """tests/support/bootstrap_cuda.py's cuda-arch (what recipes/mmcv's per-generation builds take
+    in host on the device): every conda-forge version, its run-export and run constraint, STAND-IN."""
+    import io
+    import tarfile
+    import zipfile
+
+    zstandard = pytest.importorskip("zstandard")
+    from support import bootstrap, bootstrap_cuda
+
+    channel = tmp_path / "channel"
+    for sub in ("linux-64", "noarch"):
+        (channel / sub).mkdir(parents=True)
+    bootstrap_cuda.build_cuda_arch(channel, tmp_path / "recipes")
+    bootstrap.index(channel)
+    repodata = json.loads((channel / "noarch" / "repodata.json").read_text())["packages.conda"]
+    versions = {r["version"]: r for r in repodata.values() if r["name"] == "cuda-arch"}
+    assert sorted(versions) == sorted(fake_channel.tomllib.loads(fake_channel.CUDA_ARCH_VERSIONS.read_text())["versions"])
+    assert versions["8.9"]["constrains"] == ["__cuda_arch 8.9.*"] and versions["8.9"]["noarch"] == "generic"
+    (pkg,) = (channel / "noarch").glob("cuda-arch-8.9-*.conda")
+    with zipfile.ZipFile(pkg) as z:
+        info = next(n for n in z.namelist() if n.startswith("info-"))
+        stream = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(z.read(info)))
+        files = {m.name: t.extractfile(m).read() for t in [tarfile.open(fileobj=stream, mode="r|")] for m in t
+                 if m.name in ("info/run_exports.json", "info/about.json")}
+    assert json.loads(files["info/run_exports.json"]) == {"weak": ["cuda-arch >=8.9"]}
+    assert "STAND-IN" in json.loads(files["info/about.json"])["summary"]

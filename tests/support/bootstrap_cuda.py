@@ -24,6 +24,10 @@ indexing are reused here):
   include and library paths, run_exports `cuda-version`), `cuda-nvcc`, `cuda-cudart-dev`, and
   `libcublas-dev`, `libcusparse-dev`, `libcurand-dev`, `libcusolver-dev` (headers of the matching
   nvidia-* distribution), `cuda-version`.
+- `cuda-arch` (CEP 46's metapackage), one per version conda-forge publishes
+  (tests/data/solver_selection/cuda-arch-versions.toml), built through rattler-build from a recipe
+  with conda-forge's metadata: noarch generic, run-export `cuda-arch >=<version>`, run constraint
+  `__cuda_arch <version>.*`. recipes/mmcv's per-generation builds take it in host.
 - `gcc_linux-64`/`gxx_linux-64`/`sysroot_linux-64`: activation pointing at the system gcc/g++ with
   conda-forge's default flags (-O2 -fPIC ...), so host code is optimised as in a conda-forge build.
 - every package of bootstrap.WHEELS: the installed distribution when this interpreter has it,
@@ -115,6 +119,7 @@ def build_channel(dest: Path, *, wheel_dir: Path | None = None, log: Log = print
         cuda_dists = step("pytorch", repack_torch, channel, work / "stage", work / "recipes", cuda_version=cuda_version, log=log)
         step("cuda toolkit", build_toolkit, channel, work / "recipes", toolkit=toolkit, cuda_version=cuda_version)
         step("cuda dev", build_dev_packages, channel, toolkit=toolkit, cuda_version=cuda_version)
+        step("cuda-arch", build_cuda_arch, channel, work / "recipes")
         step("index", bootstrap.index, channel)
         if dest.exists():
             shutil.rmtree(dest)
@@ -442,6 +447,54 @@ def build_toolkit(channel: Path, recipes: Path, *, toolkit: Path, cuda_version: 
         stand_in=STAND_IN, cuda=cuda_version, nvcc=nvcc_version, major=major, next=major + 1,
         toolkit=toolkit, gcc=bootstrap.system_gcc_version()))
     bootstrap._build_recipe(recipe_dir, channel, log=print)
+
+
+CUDA_ARCH_VERSIONS = Path(__file__).resolve().parents[1] / "data" / "solver_selection" / "cuda-arch-versions.toml"
+
+
+def build_cuda_arch(channel: Path, recipes: Path) -> None:
+    """cuda-arch per conda-forge version, from a recipe written like conda-forge's (staged-recipes
+    recipes/cuda-arch/recipe.yaml): its run-export and run constraint, noarch generic."""
+    import tomllib
+
+    spec = tomllib.loads(CUDA_ARCH_VERSIONS.read_text())
+    recipe_dir = recipes / "cuda-arch"
+    recipe_dir.mkdir(parents=True)
+    outputs = "".join(_CUDA_ARCH_OUTPUT.format(stand_in=STAND_IN, version=v,
+                                               run_export=spec["run_exports"][0].format(version=v),
+                                               constraint=spec["run_constraints"][0].format(version=v))
+                      for v in spec["versions"])
+    (recipe_dir / "recipe.yaml").write_text(_CUDA_ARCH_RECIPE.format(stand_in=STAND_IN, source=spec["source"]) + outputs)
+    bootstrap._build_recipe(recipe_dir, channel, log=print)
+
+
+_CUDA_ARCH_RECIPE = """\
+# {stand_in}: conda-forge's cuda-arch metapackage ({source}).
+recipe:
+  name: mmstack-standin-cuda-arch
+  version: "1"
+extra:
+  mmstack-stand-in: "true"
+outputs:
+"""
+
+_CUDA_ARCH_OUTPUT = """\
+  - package:
+      name: cuda-arch
+      version: "{version}"
+    build:
+      number: 0
+      string: mmstack_standin_0
+      noarch: generic
+    requirements:
+      run_exports:
+        - "{run_export}"
+      run_constraints:
+        - "{constraint}"
+    about:
+      summary: "{stand_in}: cuda-arch {version}, a minimum supported CUDA compute capability"
+      description: "{stand_in}. conda-forge's cuda-arch metadata: installable only where __cuda_arch is {version}."
+"""
 
 
 def build_dev_packages(channel: Path, *, toolkit: Path, cuda_version: str) -> None:
