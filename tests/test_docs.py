@@ -18,6 +18,14 @@ def render_docs():
     return render_docs
 
 
+@pytest.fixture(scope="module")
+def docs_results():
+    """mmstack_lab.docs.results: where the renderer reads results (tests point RESULTS at a copy)."""
+    from mmstack_lab.docs import results
+
+    return results
+
+
 def test_committed_docs_are_the_render_of_the_results(render_docs):
     stale = render_docs.stale()
     assert stale == [], f"{[str(p.relative_to(ROOT)) for p in stale]}: run `python -m mmstack_lab.docs.render_docs`"
@@ -27,16 +35,16 @@ def test_every_table_and_value_is_shown_somewhere(render_docs):
     assert render_docs.unused() == []
 
 
-def test_a_changed_result_changes_the_doc(tmp_path, monkeypatch, render_docs):
+def test_a_changed_result_changes_the_doc(tmp_path, monkeypatch, render_docs, docs_results):
     """The check has teeth: edit a number in a copy of the results and the rendered doc differs."""
     import shutil
 
     results = tmp_path / "results"
-    shutil.copytree(render_docs.RESULTS, results)
+    shutil.copytree(docs_results.RESULTS, results)
     ops = results / "h200" / "run2-fixed" / "ops_sm90.json"
     ops.write_text(ops.read_text().replace("328.22399139404297", "428.22399139404297"))
     text = (ROOT / "lab" / "results" / "h200" / "run2-fixed" / "README.md").read_text()
-    monkeypatch.setattr(render_docs, "RESULTS", results)
+    monkeypatch.setattr(docs_results, "RESULTS", results)
     rendered = render_docs.render_text(text)
     assert rendered != text and "| roi_align | 2x256x200x200, 1000 rois, 7x7 | 428.2 |" in rendered
 
@@ -54,7 +62,7 @@ def test_a_typed_number_inside_a_table_is_caught(tmp_path, render_docs, page, ty
     assert [p.name for p in render_docs.stale(docs)] == ["page.md"]
 
 
-def test_the_run_readmes_are_rendered_pages(tmp_path, monkeypatch, render_docs):
+def test_the_run_readmes_are_rendered_pages(tmp_path, monkeypatch, render_docs, docs_results):
     """What each run found lives in its README under lab/results, with the same markers as docs/:
     --check covers them, and a changed result changes the README."""
     pages = render_docs.docs()
@@ -65,10 +73,10 @@ def test_the_run_readmes_are_rendered_pages(tmp_path, monkeypatch, render_docs):
 
     results = tmp_path / "results"
     for run in ("run1-before-fix", "run2-fixed"):
-        shutil.copytree(render_docs.RESULTS / "h200" / run, results / "h200" / run)
+        shutil.copytree(docs_results.RESULTS / "h200" / run, results / "h200" / run)
     ladder = results / "h200" / "run2-fixed" / "verify_sm90.json"
     ladder.write_text(ladder.read_text().replace('"ok": true', '"ok": false', 1))
-    monkeypatch.setattr(render_docs, "RESULTS", results)
+    monkeypatch.setattr(docs_results, "RESULTS", results)
     readme = results / "h200" / "run2-fixed" / "README.md"
     assert readme in render_docs.history()
     assert render_docs.rendered(readme) != readme.read_text()
@@ -160,9 +168,9 @@ def test_check_mode_exit_codes(render_docs):
     assert render_docs.main(["--check"]) == 0
 
 
-def test_a_new_result_is_a_table_in_a_few_lines(render_docs):
+def test_a_new_result_is_a_table_in_a_few_lines(render_docs, docs_results):
     """The declarative form the script's docstring shows for a new run's file."""
-    table = render_docs.Table(sources=["h200/run2-fixed/ops_sm90.json"], rows="ops",
+    table = docs_results.Table(sources=["h200/run2-fixed/ops_sm90.json"], rows="ops",
                               columns=[("op", "op", "{}"), ("mmcv µs", "mmcv_us", "{:,.1f}"),
                                        ("torchvision µs", "torchvision_us", "{:,.1f}")])
     text = table.render()
@@ -178,15 +186,15 @@ def test_pictures_are_drawn_byte_stably_without_a_date_or_version(render_docs):
     assert b"Software" not in first and b"matplotlib" not in first.lower()
 
 
-def test_every_measured_build_has_its_compile_timeline(render_docs):
+def test_every_measured_build_has_its_compile_timeline(render_docs, docs_results):
     builds = sorted(p.parent.name + "-" + p.stem.removeprefix("units_")
-                    for p in render_docs.RESULTS.glob("h200/recipe-*/units_*.json"))
+                    for p in docs_results.RESULTS.glob("h200/recipe-*/units_*.json"))
     assert sorted(n.removeprefix("h200-units-") for n in render_docs.PLOTS if n.startswith("h200-units-")) == builds
 
 
-def test_the_timeline_puts_every_unit_of_the_log_on_a_core(render_docs):
-    plots = render_docs._plots()
-    run = render_docs.RESULTS / "h200" / "recipe-run2"
+def test_the_timeline_puts_every_unit_of_the_log_on_a_core(render_docs, docs_results):
+    plots = docs_results.plots_module()
+    run = docs_results.RESULTS / "h200" / "recipe-run2"
     spans = plots.unit_spans(run / "units_sm90.json", run / "rattler-build-sm90.log")
     lanes = plots.slots(spans, cores=16)
     assert len(spans) == 136 and set(lanes) == set(range(16))
@@ -195,21 +203,21 @@ def test_the_timeline_puts_every_unit_of_the_log_on_a_core(render_docs):
     assert min(s for _, s, _ in spans) == 0
 
 
-def test_a_changed_result_makes_its_picture_stale(tmp_path, monkeypatch, render_docs):
+def test_a_changed_result_makes_its_picture_stale(tmp_path, monkeypatch, render_docs, docs_results):
     import shutil
 
     results = tmp_path / "results"
-    shutil.copytree(render_docs.RESULTS / "h200" / "run2-fixed", results / "h200" / "run2-fixed")
+    shutil.copytree(docs_results.RESULTS / "h200" / "run2-fixed", results / "h200" / "run2-fixed")
     ops = results / "h200" / "run2-fixed" / "ops_sm90.json"
     ops.write_text(ops.read_text().replace("2.3271654609965715", "1.3271654609965715"))
-    monkeypatch.setattr(render_docs, "RESULTS", results)
+    monkeypatch.setattr(docs_results, "RESULTS", results)
     monkeypatch.setattr(render_docs, "PLOTS", {"h200-ops-ratio": render_docs.PLOTS["h200-ops-ratio"]})
     assert render_docs.stale_pictures() == [render_docs.picture("h200-ops-ratio")]
 
 
-def test_check_fails_on_a_picture_that_differs(monkeypatch, capsys, render_docs):
+def test_check_fails_on_a_picture_that_differs(monkeypatch, capsys, render_docs, docs_results):
     plot = render_docs.PLOTS["h200-ops-ratio"]
-    other = render_docs.Plot(sources=plot.sources, draw=plot.draw, title=plot.title + " (edited)")
+    other = docs_results.Plot(sources=plot.sources, draw=plot.draw, title=plot.title + " (edited)")
     monkeypatch.setattr(render_docs, "PLOTS", {"h200-ops-ratio": other})
     assert render_docs.main(["--check"]) == 1
     assert "docs/img/h200-ops-ratio.png: differs" in capsys.readouterr().err

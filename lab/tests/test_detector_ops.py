@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from mmstack_lab.docs import render_docs
+from mmstack_lab.docs import tables
 from mmstack_lab.paths import child_env
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -84,7 +84,7 @@ RESULTS = sorted((ROOT / "lab" / "results").glob("*/detector_ops_*.json"))
 
 
 def test_results_are_committed():
-    assert {f for _, f in render_docs._DETECTOR_OPS} <= {str(p.relative_to(ROOT / "lab" / "results")) for p in RESULTS}
+    assert {f for _, f in tables._DETECTOR_OPS} <= {str(p.relative_to(ROOT / "lab" / "results")) for p in RESULTS}
 
 
 @pytest.mark.parametrize("path", RESULTS, ids=lambda p: p.stem)

@@ -9,7 +9,7 @@ bench_detector.py's `--processes N` (each side in fresh child processes, ABBA, t
 re-timing points to next) has not run on the GPU yet: here its interval for the median is checked
 against the binomial, and with the e2e build's real mmcv and mmdet on the CPU its child protocol
 runs (the mmdet child times; torchvision is absent there, so the parent reports that and no ratio).
-Its committed runs (render_docs._PROCESSES: so far the dev CPU's, in a venv with torchvision) are
+Its committed runs (mmstack_lab.docs.tables._PROCESSES: so far the dev CPU's, in a venv with torchvision) are
 checked to recompute from their pairs, and the goal's verdict to need the whole 95% interval.
 """
 
@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from mmstack_lab.detector import bench_detector
-from mmstack_lab.docs import render_docs
+from mmstack_lab.docs import tables
 from mmstack_lab.paths import child_env
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -95,7 +95,7 @@ def test_processes_runs_each_side_in_its_own_child(real_mmcv_python):
 
 # bench_detector.py --processes results (docs/mmdet.md's detector-processes table)
 
-PROCESSES = [ROOT / "lab" / "results" / f for _, f in render_docs._PROCESSES]
+PROCESSES = [ROOT / "lab" / "results" / f for _, f in tables._PROCESSES]
 
 
 @pytest.mark.parametrize("path", PROCESSES, ids=lambda p: p.stem)
@@ -138,4 +138,4 @@ def test_processes_results_pair_fresh_children_abba(path):
     ([0.85, 0.93], "not resolved"), ([0.80, 0.90], "not resolved"),
 ])
 def test_goal_is_settled_only_by_the_whole_interval(ci, verdict):
-    assert render_docs.against_goal(ci, 0.9).startswith(verdict)
+    assert tables.against_goal(ci, 0.9).startswith(verdict)

@@ -1,0 +1,111 @@
+"""The committed results in lab/results/ and the forms a page shows them in: a Table, a Value, a Plot.
+
+A path is dotted keys and list indices into one JSON document ("ops", "median.total_s",
+"levels.3.seconds"); a format is a str.format spec or a function of the value. A missing value
+renders as "-", never as a guess. `RESULTS` is read at each call (tests point it at a copy).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from mmstack_lab.paths import RESULTS
+
+MISSING = "-"
+
+Format = str | Callable[[object], str]
+
+
+# -- reading results -------------------------------------------------------------------------------
+
+def load(rel: str) -> object:
+    """A result file: JSON, or for .txt the text (the H200 run's raw tool output)."""
+    path = RESULTS / rel
+    return json.loads(path.read_text()) if path.suffix == ".json" else path.read_text()
+
+
+def get(doc: object, path: str) -> object:
+    """Dotted keys and list indices; None where the path does not exist."""
+    cur = doc
+    for part in path.split(".") if path else []:
+        if isinstance(cur, list) and part.lstrip("-").isdigit():
+            idx = int(part)
+            cur = cur[idx] if -len(cur) <= idx < len(cur) else None
+        elif isinstance(cur, dict):
+            cur = cur.get(part)
+        else:
+            return None
+        if cur is None:
+            return None
+    return cur
+
+
+def fmt(value: object, spec: Format) -> str:
+    if value is None:
+        return MISSING
+    if callable(spec):
+        return spec(value)
+    return spec.format(value)
+
+
+def cell(text: object) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def markdown(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    lines = ["| " + " | ".join(cell(h) for h in header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Table:
+    """One row per element of `rows` (a path into the first source) or, without it, one per source."""
+
+    sources: list[str]
+    columns: list[tuple[str, str, Format]] = field(default_factory=list)
+    rows: str | None = None
+    build: Callable[[list[object]], tuple[list[str], list[list[object]]]] | None = None
+
+    def render(self) -> str:
+        docs = [load(s) for s in self.sources]
+        if self.build is not None:
+            header, body = self.build(docs)
+        else:
+            items = (get(docs[0], self.rows) or []) if self.rows else docs
+            header = [c[0] for c in self.columns]
+            body = [[fmt(get(item, path), spec) for _, path, spec in self.columns] for item in items]
+        where = ", ".join(f"`lab/results/{s}`" for s in dict.fromkeys(self.sources))
+        return markdown(header, body) + f"\n\nSource: {where} (rendered by `mmstack_lab.docs.render_docs`)."
+
+
+@dataclass(frozen=True)
+class Value:
+    source: str
+    path: str = ""
+    spec: Format = "{}"
+    compute: Callable[[object], object] | None = None
+
+    def render(self) -> str:
+        doc = load(self.source)
+        return fmt(self.compute(doc) if self.compute else get(doc, self.path), self.spec)
+
+
+# -- pictures (mmstack_lab.docs.plots) ---------------------------------------------------------------
+
+def plots_module():
+    from mmstack_lab.docs import plots  # matplotlib: the test extra
+
+    return plots
+
+
+@dataclass(frozen=True)
+class Plot:
+    sources: list[str]
+    draw: Callable[..., bytes]  # draw(title, *source paths)
+    title: str
+
+    def render(self) -> bytes:
+        return self.draw(self.title, *(RESULTS / s for s in self.sources))
