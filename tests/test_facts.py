@@ -455,3 +455,59 @@ def test_an_unknown_cuda_version_is_placed_against_the_known_ones(version, words
         facts.load().toolkit(version)
     assert words in str(err.value), str(err.value)
     assert "did you mean '13.0'" not in str(err.value)
+
+
+# Issue 40 item 6: names that were unknown or on the wrong chip.
+@pytest.mark.parametrize("name, known_as, chip, cc", [
+    ("GRID A100D-80C", "NVIDIA A100", "GA100", "8.0"),  # vGPU types with a board suffix
+    ("GRID A100DX-80C", "NVIDIA A100", "GA100", "8.0"),
+    ("NVIDIA H100XM-80C", "NVIDIA H100", "GH100", "9.0"),
+    ("GRID H100L-94C", "NVIDIA H100", "GH100", "9.0"),
+    ("NVIDIA H200X-141C", "NVIDIA H200", "GH100", "9.0"),
+    ("NVIDIA H20-3e", "NVIDIA H20", "GH100", "9.0"),
+    ("NVIDIA H20 141GB HBM3e", "NVIDIA H20", "GH100", "9.0"),
+    ("B100", "NVIDIA B100", "GB100", "10.0"),  # did-you-mean sent it to V100 (7.0)
+    ("NVIDIA GeForce RTX 4090 Laptop GPU", "NVIDIA GeForce RTX 4090 Laptop GPU", "AD103", "8.9"),
+    ("NVIDIA GeForce RTX 4070 Ti SUPER", "GeForce RTX 4070 Ti SUPER", "AD103", "8.9"),
+    ("GeForce RTX 4070 Ti", "GeForce RTX 4070 Ti", "AD104", "8.9"),
+    ("GeForce RTX 4090", "GeForce RTX 4090", "AD102", "8.9"),
+])
+def test_names_issue_40(name, known_as, chip, cc):
+    gpu = facts.load().find_gpu(name)
+    assert (gpu.name, gpu.chip, gpu.compute_capability) == (known_as, chip, cc)
+
+
+def test_a_board_suffix_is_stripped_only_from_a_vgpu_profile():
+    f = facts.load()
+    assert f.lookup_gpu("NVIDIA A100D") is None  # not a vGPU type name: no guessing
+
+
+def test_arm_hosts_and_tegra_carry_sources():
+    f = facts.load()
+    arm = {g.name for g in f.gpu if g.host == "linux-aarch64"}
+    assert {"NVIDIA GH200", "NVIDIA GB200", "NVIDIA GB300", "NVIDIA GB10"} <= arm
+    assert all(g.host_source for g in f.gpu if g.host) and all(g.host for g in f.gpu if g.segment == "jetson")
+    assert {g.platform for g in f.generation} == {"linux-64"}
+
+
+def test_generation_platforms_are_pixi_s():
+    """[[generation]] platform is the subdir of the pixi platform its environment's feature pins (pixi.toml)."""
+    import tomllib
+
+    manifest = tomllib.loads((Path(__file__).parents[1] / "pixi.toml").read_text())
+    subdir = {p["name"]: p["platform"] for p in manifest["workspace"]["platforms"] if isinstance(p, dict)}
+    for gen in facts.load().generation:
+        if gen.is_gpu:
+            (plat,) = manifest["feature"][f"gen-{gen.env}"]["platforms"]
+            assert subdir[plat] == gen.platform, gen.env
+
+
+def test_a_toolkit_family_must_name_its_own_archs(tmp_path):
+    text = DATA.read_text()
+    bad = text.replace('families = [["10.0", "10.3"], ["10.1"], ["12.0", "12.1"]]', 'families = [["10.0", "10.3"], ["12.0", "12.1"]]', 1)
+    assert bad != text
+    with pytest.raises(BadInput, match=r"10\.1f in no family"):
+        facts.load_file(_write(tmp_path, bad))
+    unsourced = text.replace('tegra_source = "https://docs.nvidia.com/cuda/cuda-c-programming-guide/index.html#binary-compatibility"\n', "", 1)
+    with pytest.raises(BadInput, match="tegra"):
+        facts.load_file(_write(tmp_path, unsourced))

@@ -425,11 +425,17 @@ _VARIANT = re.compile(
 # MIG-backed "GRID A100-4-20C"; NVIDIA's vGPU user guide's "Virtual GPU Types" tables).
 _MIG = re.compile(r"\s+MIG\s+(\d+c\.)?\d+g\.\d+gb(\+\w+)?\s*$", re.I)
 _VGPU = re.compile(r"-(\d+-)?\d+[ABCQ]\s*$")
+# vGPU types of boards sharing a short name carry a board suffix after the model ("GRID A100D-80C" the 80GB PCIe,
+# "A100DX-80C" the 80GB SXM4, "H100XM-80C" the SXM5, "H100L-94C" the NVL, "H200X-141C" the SXM; NVIDIA's vGPU user
+# guide's "Virtual GPU Types" tables): the GPU is the model without it.
+_BOARD = re.compile(r"(?<=\d)(DX|XM|D|L|X)$")
 
 
 def _parent(name: str) -> str:
     """The physical GPU a MIG instance or vGPU profile name belongs to (the name itself otherwise)."""
-    return _VGPU.sub("", _MIG.sub("", name.strip()))
+    bare = _MIG.sub("", name.strip())
+    vgpu = _VGPU.sub("", bare)
+    return _BOARD.sub("", vgpu) if vgpu != bare else vgpu
 
 
 def _model_numbers(name: str) -> set[str]:
