@@ -26,6 +26,7 @@ from mmstack import __version__
 from mmstack.facts.arch import Coverage, Target, coverage, parse_arch
 from mmstack.facts.fatbin import list_fatbins
 from mmstack.facts.gpus import load
+from mmstack_lab.paths import ROOT
 
 
 def _sha256(path: Path) -> str:
@@ -117,14 +118,19 @@ def render(data: dict) -> str:
         for obj in p["cuda_objects"]:
             out.append(f"  - `{obj['path']}`: SASS {', '.join(obj['sass']) or '-'}; PTX {', '.join(obj['ptx']) or '-'}")
     out += ["", "## Which mmstack environment serves each generation", "",
-            "Derived from src/mmstack/data/gpus.toml by `mmstack gpus` (each generation environment carries",
-            "only its own SASS); `mmstack gpus --env none` lists the GPUs no environment serves.", "",
+            "Derived from src/mmstack/data/gpus.toml and conda_build_config.yaml by `mmstack gpus` (each generation",
+            "environment carries only its own SASS; where none runs a GPU, the variant matrix's fat build that does);",
+            "`mmstack gpus --env none` lists the GPUs no environment serves.", "",
             "| compute capability | environment | runs |", "|---|---|---|"]
-    from mmstack.facts.arch import serving_env
+    from mmstack.facts.arch import Build, serving_env
+    from mmstack.variants.matrix import CONFIG_FILE, FAT_TAG, load_matrix
 
+    builds = tuple(Build(v.build_string_prefix, v.cuda, v.targets) for v in load_matrix(facts, ROOT / CONFIG_FILE)
+                   if v.cuda is not None and v.arch_tag == FAT_TAG)
     for a in archs:
-        s = serving_env(facts, a.compute_capability)
-        out.append(f"| {a.compute_capability} | {s.env or 'none'} | {_LABEL[s.coverage] if s.env else s.reason} |")
+        s = serving_env(facts, a.compute_capability, builds=builds)
+        env = s.env or (f"none (the fat build `{s.build}`)" if s.build else "none")
+        out.append(f"| {a.compute_capability} | {env} | {_LABEL[s.coverage] if s.env or s.build else s.reason} |")
     out += ["", "## CUDA toolkits in the facts", "",
             "From src/mmstack/data/gpus.toml (`[[cuda]]` rows, each with its sources); added/dropped are against",
             "the row before. A newer minor release than the last row of its major is answered from that row.", "",
