@@ -149,3 +149,30 @@ def test_the_device_channels_stand_in_cuda_arch_is_built_like_conda_forges(tmp_p
                  if m.name in ("info/run_exports.json", "info/about.json")}
     assert json.loads(files["info/run_exports.json"]) == {"weak": ["cuda-arch >=8.9"]}
     assert "STAND-IN" in json.loads(files["info/about.json"])["summary"]
+
+
+PIXI_DOC = json.loads((DATA / "pixi.json").read_text())
+
+
+def test_pixis_rules_as_mmstack_reads_pixi_toml_and_the_builds_they_select(channels, rows):
+    """pixi.json: pixi's rules (its source, cited per rule) on pixi.toml's platforms. mmstack's reading
+    of pixi.toml declares the same virtual packages; the solve with them takes, on each generation's
+    platform, that generation's per-generation build, and on the bare linux-64 the CPU build."""
+    from mmstack.envs import pixi_manifest
+
+    assert PIXI_DOC["pixi"]["commit"] and all(r["file"] and r["lines"] for r in PIXI_DOC["rules"])
+    manifest = pixi_manifest.load(ROOT / "pixi.toml")
+    recorded = {a["platform"]: a for a in PIXI_DOC["answers"]}
+    assert sorted(recorded) == sorted(p.name for p in manifest.platforms)
+    specs = json.loads((DATA / "cases.json").read_text())["specs"]
+    for plat in manifest.platforms:
+        want = recorded[plat.name]
+        assert plat.virtual_packages == want["virtual_packages"], plat.name
+        vps = plat.virtual_packages
+        got = selection.solve([channels["guarded"]], specs, selection.Machine(vps.get("__cuda"), vps.get("__cuda_arch")))
+        assert (selection.mask_hash(got.build or ""), got.build_number) == (want["build"], want["build_number"])
+        row = _row(rows, want["build"])
+        if plat.is_subdir_platform:
+            assert row.cuda is None
+        else:
+            assert plat.name.removeprefix("linux-64-") in row.envs

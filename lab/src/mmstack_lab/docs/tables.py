@@ -961,3 +961,58 @@ PLOTS: dict[str, Plot] = {
     "h200-ops-ratio": Plot(sources=["h200/run2-fixed/ops_sm90.json"], draw=lambda *a: plots_module().ops_ratio(*a),
                            title="H200 run 2: mmcv ops against torchvision (same GPU, same shapes)"),
 }
+
+
+# -- which mmcv build each solver installs (docs/solver.md; tests/data/solver_selection/) ---------------
+# The fixtures are the tests' (tests/test_variants_selection.py compares py-rattler's answers with
+# them), not lab results: this table reads them from tests/data and names them as its source.
+
+SOLVER_DATA = "tests/data/solver_selection"
+
+
+class FixtureTable(Table):
+    """A table over committed test fixtures (`sources` relative to the repository root)."""
+
+    def render(self) -> str:
+        import json
+
+        docs = [json.loads((ROOT / s).read_text()) for s in self.sources]
+        assert self.build is not None
+        header, body = self.build(docs)
+        where = ", ".join(f"`{s}`" for s in self.sources)
+        return results.markdown(header, body) + f"\n\nSource: {where} (rendered by `mmstack_lab.docs.render_docs`)."
+
+
+def _solver_answer(answer: dict | None) -> str:
+    if answer is None:
+        return MISSING
+    if "unsatisfiable" in answer:
+        text = answer["unsatisfiable"]
+        named = [vp for vp in ("__cuda 11.8", "__cuda >=12", "__cuda_arch") if vp in text]
+        return "unsatisfiable" + (f" (names {', '.join(f'`{n}`' for n in named)})" if named else "")
+    return f"`{answer['build']}`"
+
+
+def _solver_selection(docs) -> tuple[list[str], list[list[object]]]:
+    cases, rattler, conda, pixi = docs
+    by = {name: {a["id"]: a for a in d["answers"]} for name, d in (("rattler", rattler), ("conda", conda))}
+    platforms = {(a["virtual_packages"].get("__cuda"), a["virtual_packages"].get("__cuda_arch")): a
+                 for a in pixi["answers"]}
+    body = []
+    for case in cases["cases"]:
+        machine = ", ".join(f"`{n} {v}`" for n, v in (("__cuda", case["cuda"]), ("__cuda_arch", case["cuda_arch"])) if v) or "neither"
+        specs = " ".join(case.get("specs") or [*cases["specs"], *case.get("extra_specs", [])])
+        channel = "without the `__cuda_arch` requirement" if case.get("channel") == "unguarded" else "as recipes/mmcv builds it"
+        plat = platforms.get((case["cuda"], case["cuda_arch"])) if "channel" not in case and "specs" not in case else None
+        pixi_cell = f"`{plat['platform']}`: {_solver_answer(plat)}" if plat else MISSING
+        body.append([machine, f"`{specs}`", channel, _solver_answer(by["rattler"].get(case["id"])),
+                     _solver_answer(by["conda"].get(case["id"])), pixi_cell])
+    header = ["machine", "specs", "mmcv builds", f"py-rattler {rattler['py_rattler']}",
+              f"conda {conda['conda']} ({conda['solver']}) + nvidia-virtual-packages {conda['nvidia_virtual_packages']}",
+              f"pixi {pixi['pixi']['version']}'s rules (platform of pixi.toml)"]
+    return header, body
+
+
+TABLES["solver-selection"] = FixtureTable(
+    sources=[f"{SOLVER_DATA}/{f}" for f in ("cases.json", "rattler.json", "conda.json", "pixi.json")],
+    build=_solver_selection)
