@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from support import committed_lock
 
-from mmstack.envs import lockfile, pixi_manifest
+from mmstack.envs import lockfile, pixi_manifest, portable
 
 pytest.importorskip("rattler", reason="py-rattler (the [build] extra) is not installed")
 pytest.importorskip("rattler_build", reason="py-rattler-build (the [build] extra) is not installed")
@@ -160,7 +160,10 @@ def test_render_gives_pixi_locks_packages_for_each_platform(root, envs, tmp_path
             explicit = (out / f"conda-{plat}.lock").read_text().splitlines()
             assert "@EXPLICIT" in explicit
             urls = {ln for ln in explicit if ln and not ln.startswith(("#", "@"))}
-            assert urls == {f"{p.url}#{p.md5}" for p in locked[env].packages}, env
+            # ./channel's packages relative to the workspace root, as the environment's ./channel
+            # is (envs/portable.py): conda-lock renders them so, and conda reads them from there
+            assert urls == {f"{portable.relative(p.url, root)}#{p.md5}" for p in locked[env].packages}, env
+            assert any(u.startswith("./channel/") for u in urls) and not any(str(root) in u for u in urls)
             env_doc = lockfile.load_yaml((out / f"conda-{plat}.lock.yml").read_text())
             assert env_doc["channels"] == ["./channel", "conda-forge"]
             assert sorted(env_doc["dependencies"]) == sorted(f"{p.name}={p.version}={p.build}" for p in locked[env].packages)

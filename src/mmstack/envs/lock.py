@@ -221,9 +221,7 @@ def run_lock(*, root: Path = Path("."), envs: list[str] | None = None, channels:
     # Environments not re-solved keep their locked records and the platform they were solved on.
     all_envs = dict(solved)
     if old:
-        from rattler import LockFile
-
-        for name, e in LockFile.from_path(lock_path).environments():
+        for name, e in lockfile.load_pixi_lock(lock_path).environments():
             if name in all_envs or name not in inputs.manifest.envs:
                 continue
             prev = old[name]
@@ -241,7 +239,7 @@ def run_lock(*, root: Path = Path("."), envs: list[str] | None = None, channels:
 
     files = dict(ymls)
     lf = lockfile.build_pixi_lock(all_envs, inputs.manifest.lock_aliases())
-    files[lock_path] = lambda p: lf.to_path(p)
+    files[lock_path] = lockfile.pixi_lock_writer(lf, root)
     for name, (plat, chans, records) in solved.items():
         env = inputs.manifest.envs[name]
         locked = locked_env(name, plat, chans, records)
@@ -250,7 +248,7 @@ def run_lock(*, root: Path = Path("."), envs: list[str] | None = None, channels:
         # there and the yml as the source (pixi.toml, conda-lock cannot parse).
         vps = virtual_packages(env, plat, inputs.facts)
         doc = lockfile.conda_lock_document(env=locked, channels=list(env.channels), sources=[f"{name}.yml"], digests=digests,
-                                           content_hash=conda_lock_hash(env, plat, inputs.facts))
+                                           content_hash=conda_lock_hash(env, plat, inputs.facts), root=root)
         files[lockfile.conda_lock_path(root, name)] = lockfile.text_writer(lockfile.dump_yaml(doc))
         files[lockfile.vp_spec_path(root, name)] = lockfile.text_writer(
             f"# conda-lock --virtual-package-spec for {name}: what `mmstack lock` solved with.\n"

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mmstack.envs import portable
 from mmstack.envs.pixi_manifest import Platform
 from mmstack.errors import BadInput
 
@@ -97,11 +98,9 @@ def read_pixi_lock(path: Path, platforms: tuple[Platform, ...] | None = None) ->
     full names read the same. An environment locked for several platforms (pixi's own locks) is
     read for the first of them the manifest declares; the rest stay in `other_platforms`, for the
     policy to flag (mmstack locks one platform per environment)."""
-    from rattler import LockFile
-
     path = Path(path)
     try:
-        lf = LockFile.from_path(path)
+        lf = load_pixi_lock(path)
         options = _locked_options(path)
         lock_platforms = {p.name: (str(p.subdir), tuple(p.virtual_packages)) for p in lf.platforms()}
         renames = platform_renames(lock_platforms, platforms) if platforms is not None else {}
@@ -122,6 +121,32 @@ def read_pixi_lock(path: Path, platforms: tuple[Platform, ...] | None = None) ->
             raise
         msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise BadInput(f"cannot read the lock file: {msg}", source=str(path), fix="run `mmstack lock` to rewrite it") from None
+
+
+def load_pixi_lock(path: Path):
+    """rattler's LockFile of a pixi.lock, its workspace-relative channels and package paths (as
+    `mmstack lock` writes them, envs/portable.py) made absolute under the lock's directory first."""
+    import tempfile
+
+    from rattler import LockFile
+
+    text = Path(path).read_text()
+    absolute = portable.absolute_pixi_lock(text, Path(path).parent)
+    if absolute == text:
+        return LockFile.from_path(path)
+    with tempfile.TemporaryDirectory(prefix="mmstack-lock-") as tmp:
+        copy = Path(tmp) / PIXI_LOCK
+        copy.write_text(absolute)
+        return LockFile.from_path(copy)
+
+
+def pixi_lock_writer(lf, root: Path) -> Callable[[Path], None]:
+    """Writes `lf` as pixi.lock with root's local channels relative to root (envs/portable.py)."""
+    def write(p: Path) -> None:
+        lf.to_path(p)
+        p.write_text(portable.portable_pixi_lock(p.read_text(), root))
+
+    return write
 
 
 def platform_renames(locked: dict[str, tuple[str, tuple[str, ...]]], platforms: tuple[Platform, ...]) -> dict[str, str]:
@@ -212,13 +237,14 @@ def env_yml_path(root: Path, env: str) -> Path:
 
 
 def conda_lock_document(*, env: LockedEnv, channels: list[str], sources: list[str], digests: dict[str, str],
-                        content_hash: str) -> dict:
+                        content_hash: str, root: Path | None = None) -> dict:
     """The conda-lock v1 document for one environment (one platform).
 
     `channels` and `sources` are what conda-lock itself would write for `conda-lock lock -f
     <env>.yml`: the channels as the environment.yml spells them (`./channel`, `conda-forge`:
     conda-lock compares them literally on every re-lock) and the source files relative to the
-    lock (conda-lock parses each when run without `-f`)."""
+    lock (conda-lock parses each when run without `-f`). With `root`, a package of a local
+    channel inside it is written relative to it (envs/portable.py): no path of this machine."""
     return {
         "version": 1,
         "metadata": {
@@ -236,7 +262,7 @@ def conda_lock_document(*, env: LockedEnv, channels: list[str], sources: list[st
                 "manager": "conda",
                 "platform": env.subdir,
                 "dependencies": _dependencies(p.depends),
-                "url": p.url,
+                "url": portable.relative(p.url, root) if root is not None else p.url,
                 "hash": {k: v for k, v in (("md5", p.md5), ("sha256", p.sha256)) if v},
                 "category": "main",
                 "optional": False,
@@ -384,7 +410,7 @@ def read_conda_lock(path: Path) -> CondaLock:
         if p["manager"] != "conda":
             continue
         h = p["hash"] if isinstance(p["hash"], dict) else {}
-        url = str(p["url"])
+        url = portable.absolute(str(p["url"]), path.parent.parent, url=True)  # relative: to the workspace root
         file_name = url.rsplit("/", 1)[-1]
         out.append(Locked(
             name=str(p["name"]), version=str(p["version"]), build=_build_from_file(file_name, p),
