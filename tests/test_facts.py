@@ -145,14 +145,14 @@ def test_toolkits_10_2_to_13_5_without_12_7():
                         "13.5"]
 
 
-# What each toolkit added, dropped and deprecated (release notes; the 11.x nvcc warning names
-# compute_35/37/50; 12.9 deprecates offline compilation before sm_75; 13.0 removes it).
+# What each toolkit added, dropped and deprecated (release notes; the 11.0-11.5 nvcc warning names
+# compute_35/37/50, 11.6-11.8 compute_35/37; 12.8 and 12.9 deprecate offline compilation before sm_75; 13.0 removes it).
 @pytest.mark.parametrize("version, added, dropped, deprecated", [
     ("11.0", ("8.0",), ("3.0", "3.2"), ("3.5", "3.7", "5.0")),
     ("11.1", ("8.6",), (), ("3.5", "3.7", "5.0")),
-    ("11.8", ("8.9", "9.0"), (), ("3.5", "3.7", "5.0")),
+    ("11.8", ("8.9", "9.0"), (), ("3.5", "3.7")),  # nvcc 11.8.89 warns for sm_35/sm_37 only (issue 40)
     ("12.0", (), ("3.5", "3.7"), ()),
-    ("12.8", ("10.0", "10.1", "12.0"), (), ()),
+    ("12.8", ("10.0", "10.1", "12.0"), (), ("5.0", "5.2", "5.3", "6.0", "6.1", "6.2", "7.0", "7.2")),  # as 12.9
     ("12.9", ("10.3", "12.1"), (), ("5.0", "5.2", "5.3", "6.0", "6.1", "6.2", "7.0", "7.2")),
     ("13.0", ("8.8", "11.0"), ("5.0", "5.2", "5.3", "6.0", "6.1", "6.2", "7.0", "7.2", "10.1"), ()),
     ("13.2", (), (), ()),
@@ -511,3 +511,17 @@ def test_a_toolkit_family_must_name_its_own_archs(tmp_path):
     unsourced = text.replace('tegra_source = "https://docs.nvidia.com/cuda/cuda-c-programming-guide/index.html#binary-compatibility"\n', "", 1)
     with pytest.raises(BadInput, match="tegra"):
         facts.load_file(_write(tmp_path, unsourced))
+
+
+def test_deprecations_equal_what_the_measured_nvcc_printed():
+    """Where a wheel carries nvcc (13.x), tests/data/facts/ptxas-matrix.json records the targets its
+    `nvcc -arch=sm_XY --dryrun -c` warned deprecated; the facts say the same."""
+    import json
+
+    matrix = json.loads((Path(__file__).parent / "data" / "facts" / "ptxas-matrix.json").read_text())
+    f = facts.load()
+    measured = {v: row["nvcc_deprecated"] for v, row in matrix["toolkits"].items() if row["nvcc_deprecated"] is not None}
+    assert {"13.0", "13.5"} <= set(measured)
+    for version, warned in measured.items():
+        assert {f"{t[3:-1]}.{t[-1]}" for t in warned} == set(f.toolkit(version).deprecated), version
+    assert all(tk.deprecated_source for tk in f.cuda if tk.deprecated)

@@ -148,6 +148,7 @@ class CudaToolkit(_Strict):
     max_gcc: int
     sources: tuple[Url, ...] = Field(min_length=1)
     # the 'f' families: groups of compute capabilities an sm_XYf target (SASS or PTX) serves, each at minor >= Y
+    deprecated_source: Url | None = None  # where `deprecated` was read, when not the `sources`
     families: tuple[tuple[str, ...], ...] = ()
     families_source: Url | None = None
 
