@@ -224,3 +224,33 @@ def test_a_dropped_arch_gets_no_fat_build():
     code, out, _ = mmstack("gpus", "Tesla K80", "--json")
     row = json.loads(out)
     assert code == 0 and row["build"] is None and "11.8" in row["environment_reason"]
+
+
+@pytest.fixture(scope="module")
+def sm80_and_sm100f(tmp_path_factory):
+    """Real objects from tests/data/fatbin/kernel.cu: sm_80 SASS only, and sm_100f SASS only."""
+    import shutil
+    import subprocess
+
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc is not on PATH: this test compiles a real CUDA object")
+    kernel = Path(__file__).parent / "data" / "fatbin" / "kernel.cu"
+    out = tmp_path_factory.mktemp("tegra")
+    built = {}
+    for name, code in (("sm80", "arch=compute_80,code=sm_80"), ("sm100f", "arch=compute_100f,code=sm_100f")):
+        so = out / f"{name}.so"
+        subprocess.run(["nvcc", "-shared", "-Xcompiler", "-fPIC", "-gencode", code, str(kernel), "-o", str(so)],
+                       check=True, capture_output=True)
+        built[name] = so
+    return built
+
+
+@pytest.mark.parametrize("obj, gpu, verdict", [
+    ("sm80", "Jetson AGX Orin", "will-not-run"),  # Tegra: no binary compatibility (issue 40 item 1)
+    ("sm80", "GeForce RTX 3090", "lower-minor"),  # the desktop's rule
+    ("sm100f", "NVIDIA B300", "lower-minor"),  # 10.3 is in the 10.0 family
+])
+def test_package_check_inherits_tegra_and_family_rules(sm80_and_sm100f, obj, gpu, verdict):
+    code, out, err = mmstack("arch", "check", "--gpu", gpu, "--package", str(sm80_and_sm100f[obj]), "--json")
+    a = json.loads(out)
+    assert a["verdict"] == verdict and code == (0 if a["ok"] else 1), err
