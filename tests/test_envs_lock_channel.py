@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 from support import fake_channel
 
+from mmstack.commands.lock_cmds import run_lock, run_lock_check
 from mmstack.envs import lockfile, policy
-from mmstack.envs.lock import collect_problems, run_lock, run_lock_check, solve_env
+from mmstack.envs.lock import collect_problems, solve_env
 from mmstack.envs.pixi_manifest import load as load_manifest
 from mmstack.facts import arch as archmod
 from mmstack.facts.gpus import load as load_facts

@@ -18,8 +18,9 @@ import pytest
 from support import fake_channel
 
 from mmstack.cli import main
+from mmstack.commands.lock_cmds import run_lock, run_lock_check
 from mmstack.envs import lockfile
-from mmstack.envs.lock import collect_problems, run_lock, run_lock_check
+from mmstack.envs.lock import collect_problems
 from mmstack.facts.gpus import load as load_facts
 
 # real conda-forge records: the copy in tests/data (its README says where they come from)

@@ -249,7 +249,7 @@ def lock(
     """Solve every environment with py-rattler; write pixi.lock and envs/*.conda-lock.yml (all or nothing)."""
     if ctx.invoked_subcommand is not None:
         return
-    from mmstack.envs.lock import run_lock
+    from mmstack.commands.lock_cmds import run_lock
 
     raise typer.Exit(run_lock(root=root, envs=env or None, channels=channel or None, yml_only=yml_only, as_json=json,
                              quiet=quiet))
@@ -264,7 +264,7 @@ def lock_check(
     json: bool = JSON,
 ) -> None:
     """Exit 1 with one line per problem when a lock is stale or breaks the policy for its generation."""
-    from mmstack.envs.lock import run_lock_check
+    from mmstack.commands.lock_cmds import run_lock_check
 
     raise typer.Exit(run_lock_check(root=root, envs=env or None, channels=channel or None, require_lock=require_lock,
                                     as_json=json))

@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def make(root: Path) -> Path:
-    from mmstack.envs.lock import run_lock
+    from mmstack.commands.lock_cmds import run_lock
     from mmstack.facts.gpus import load as load_facts
     from mmstack.variants import matrix as variants
 

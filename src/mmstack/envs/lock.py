@@ -1,5 +1,6 @@
-"""`mmstack lock` and `mmstack lock check`: solve each environment of pixi.toml with py-rattler,
-write pixi.lock and envs/<env>.conda-lock.yml from the same solve, and gate CI on them.
+"""The lock stage: solve each environment of pixi.toml with py-rattler, render pixi.lock and
+envs/<env>.conda-lock.yml from the same solve, and find what `mmstack lock check` gates CI on
+(commands/lock_cmds.py holds the commands' bodies: what they print and their exit codes).
 
 Data flow (docs/architecture.md): facts + variant matrix -> pixi.toml (checked, not trusted) -> solve ->
 pixi.lock + envs/. The solve assumes the virtual packages a machine of the generation has:
@@ -13,11 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from mmstack import progress, report
-from mmstack.builder.reach import require_indexed, require_reachable
+from mmstack import report
+from mmstack.builder.reach import require_indexed
 from mmstack.envs import lockfile, pixi_manifest, policy
 from mmstack.envs.lockfile import LockedEnv
 from mmstack.envs.pixi_manifest import EnvSpec, Manifest, Platform
@@ -26,6 +28,7 @@ from mmstack.facts.gpus import Facts, load as load_facts
 from mmstack.variants import matrix as variants
 
 DEFAULT_ARCHSPEC = "x86_64"
+Writer = Callable[[Path], None]  # writes one file's content to the path it is given (lockfile.write_atomically)
 
 
 @dataclass
@@ -37,7 +40,7 @@ class Inputs:
     channels: list[str]  # URLs the solve uses and the check accepts
 
 
-def _inputs(root: Path, facts: Facts | None, config: Path | None, channels: list[str] | None) -> Inputs:
+def load_inputs(root: Path, facts: Facts | None, config: Path | None, channels: list[str] | None) -> Inputs:
     root = Path(root)
     manifest = pixi_manifest.load(root / pixi_manifest.MANIFEST)
     facts = facts or load_facts()
@@ -46,7 +49,7 @@ def _inputs(root: Path, facts: Facts | None, config: Path | None, channels: list
     return Inputs(root, manifest, facts, matrix, urls)
 
 
-def _selected(manifest: Manifest, envs: list[str] | None) -> list[str]:
+def selected_envs(manifest: Manifest, envs: list[str] | None) -> list[str]:
     if not envs:
         return list(manifest.envs)
     for e in envs:
@@ -163,62 +166,48 @@ def _conda_spec(s) -> str:
     return f"{chan}{s.name}{ver}" if ver[0] in "<>=!" else f"{chan}{s.name} {ver}"
 
 
-# -- mmstack lock ----------------------------------------------------------------------------------
+# -- mmstack lock: the stage's steps (commands/lock_cmds.py runs them and reports) -------------------
 
 
-def run_lock(*, root: Path = Path("."), envs: list[str] | None = None, channels: list[str] | None = None,
-             facts: Facts | None = None, config: Path | None = None, yml_only: bool = False,
-             as_json: bool = False, quiet: bool = False) -> int:
-    """Solve and write pixi.lock + envs/; nothing is written unless every environment solves.
-
-    Unless `quiet`, stderr shows which environment is being solved (step i of n): a live bar on a
-    terminal, else a plain line at most every 30 s (mmstack/progress.py)."""
-    inputs = _inputs(root, facts, config, channels)
-    drift = policy.manifest_problems(inputs.manifest, inputs.facts, inputs.matrix)
-    if drift:
-        for p in drift:
-            report.error_line(p.line())
-        report.error_line(f"{len(drift)} problem(s) in pixi.toml; nothing locked")
-        return 1
-    root = inputs.root
-    ymls = {lockfile.env_yml_path(root, e): lockfile.text_writer(render_env_yml(inputs.manifest.envs[e], inputs.facts))
+def env_ymls(inputs: Inputs) -> dict[Path, Writer]:
+    """envs/<env>.yml of every environment, rendered from pixi.toml (written with the locks, or alone)."""
+    return {lockfile.env_yml_path(inputs.root, e): lockfile.text_writer(render_env_yml(inputs.manifest.envs[e], inputs.facts))
             for e in inputs.manifest.envs}
-    if yml_only:
-        lockfile.write_atomically(ymls)
-        report.info(f"wrote {len(ymls)} envs/*.yml")
-        if as_json:
-            report.print_json({"ok": True, "written": sorted(str(f.relative_to(root)) for f in ymls), "environments": {}})
-        return 0
 
-    names = _selected(inputs.manifest, envs)
-    require_reachable(inputs.channels, option="--channel")
-    lock_path = root / lockfile.PIXI_LOCK
-    old = lockfile.read_pixi_lock(lock_path, inputs.manifest.platforms) if lock_path.is_file() else {}
-    solved: dict[str, tuple[Platform, list[str], list]] = {}
+
+Solved = dict[str, tuple[Platform, list[str], list]]  # env -> (platform, channels pixi.lock records, records)
+
+
+def solve_envs(inputs: Inputs, names: list[str], *, on_env: Callable[[int, int, str], None] | None = None) -> Solved:
+    """Solve `names` with one rattler Gateway (repodata cached between solves); `on_env(i, n, name)`
+    before each solve, one info line after it."""
+    from rattler import Gateway
+
     # pixi.lock records pixi.toml's channels as pixi resolves them (pixi compares them with the
     # manifest's: a lock with other channels is outdated); --channel changes where the solve reads
     # from, as a mirror does for pixi.
     lock_channels = inputs.manifest.pixi_lock_channels()
-    report.info(f"solving {len(names)} environment(s) against {', '.join(inputs.channels)}")
-    from rattler import Gateway
-
     gateway = Gateway()
-    watch = progress.steps_on_stderr("lock", quiet=quiet)
-    try:
-        for i, name in enumerate(names, 1):
-            env = inputs.manifest.envs[name]
-            t0 = time.perf_counter()
-            if watch:
-                watch.step(f"solving {name}", i, len(names))
-            plat, records = solve_env(env, inputs.facts, inputs.channels, gateway=gateway)
-            solved[name] = (plat, lock_channels, records)
-            report.info(f"[{i}/{len(names)}] {name}: {len(env.specs)} specs on {plat.name}, {len(records)} packages"
-                        f" in {time.perf_counter() - t0:.2f}s")
-    finally:
-        if watch:
-            watch.close()
+    solved: Solved = {}
+    for i, name in enumerate(names, 1):
+        env = inputs.manifest.envs[name]
+        t0 = time.perf_counter()
+        if on_env is not None:
+            on_env(i, len(names), name)
+        plat, records = solve_env(env, inputs.facts, inputs.channels, gateway=gateway)
+        solved[name] = (plat, lock_channels, records)
+        report.info(f"[{i}/{len(names)}] {name}: {len(env.specs)} specs on {plat.name}, {len(records)} packages"
+                    f" in {time.perf_counter() - t0:.2f}s")
+    return solved
 
-    # Environments not re-solved keep their locked records and the platform they were solved on.
+
+def lock_files(inputs: Inputs, solved: Solved, old: dict[str, LockedEnv],
+               ymls: dict[Path, Writer]) -> tuple[dict[Path, Writer], Solved]:
+    """Every file `mmstack lock` writes (pixi.lock, each solved env's conda-lock.yml and virtual
+    package spec, `ymls`) and every environment pixi.lock then holds: those not re-solved keep their
+    locked records and the platform they were solved on (CheckFailed where pixi.toml moved it)."""
+    root = inputs.root
+    lock_path = root / lockfile.PIXI_LOCK
     all_envs = dict(solved)
     if old:
         for name, e in lockfile.load_pixi_lock(lock_path).environments():
@@ -253,39 +242,7 @@ def run_lock(*, root: Path = Path("."), envs: list[str] | None = None, channels:
         files[lockfile.vp_spec_path(root, name)] = lockfile.text_writer(
             f"# conda-lock --virtual-package-spec for {name}: what `mmstack lock` solved with.\n"
             + lockfile.dump_yaml(lockfile.conda_lock_virtual_package_spec(plat.subdir, vps)))
-    lockfile.write_atomically(files)
-
-    if as_json:  # stdout for CI: what was written and each solved environment's packages
-        report.print_json({"ok": True, "written": sorted(str(Path(f).relative_to(root)) for f in files),
-                           "environments": {name: {"platform": plat.name, "packages": len(records)}
-                                            for name, (plat, _, records) in solved.items()}})
-    else:
-        for name, (plat, chans, records) in solved.items():
-            _print_changes(name, old.get(name), locked_env(name, plat, chans, records))
-    report.info(f"wrote {lock_path.name} ({len(all_envs)} environments: {', '.join(all_envs)}) and {len(solved)} envs/*.conda-lock.yml")
-    return 0
-
-
-def _print_changes(name: str, before: LockedEnv | None, after: LockedEnv) -> None:
-    out = report.console()
-    if before is None:
-        out.print(f"{name}: new, {len(after.packages)} packages", highlight=False)
-        return
-    a = {p.name: p for p in before.packages}
-    b = {p.name: p for p in after.packages}
-    added = sorted(set(b) - set(a))
-    removed = sorted(set(a) - set(b))
-    changed = sorted(n for n in set(a) & set(b) if (a[n].version, a[n].build, a[n].sha256) != (b[n].version, b[n].build, b[n].sha256))
-    if not (added or removed or changed):
-        out.print(f"{name}: unchanged ({len(b)} packages)", highlight=False)
-        return
-    out.print(f"{name}: +{len(added)} -{len(removed)} ~{len(changed)}", highlight=False)
-    for n in added:
-        out.print(f"  + {b[n].label}", highlight=False, markup=False)
-    for n in removed:
-        out.print(f"  - {a[n].label}", highlight=False, markup=False)
-    for n in changed:
-        out.print(f"  ~ {n} {a[n].version} {a[n].build} -> {b[n].version} {b[n].build}", highlight=False, markup=False)
+    return files, all_envs
 
 
 # -- mmstack lock check -----------------------------------------------------------------------------
@@ -302,10 +259,10 @@ def collect_problems(*, root: Path = Path("."), envs: list[str] | None = None, c
                      facts: Facts | None = None, config: Path | None = None,
                      require_lock: bool = False) -> tuple[list[policy.Problem], str]:
     """All problems (manifest drift, env ymls, locks) and a one-line summary of what was checked."""
-    inputs = _inputs(root, facts, config, channels)
+    inputs = load_inputs(root, facts, config, channels)
     problems = policy.manifest_problems(inputs.manifest, inputs.facts, inputs.matrix)
     root = inputs.root
-    names = _selected(inputs.manifest, envs)
+    names = selected_envs(inputs.manifest, envs)
 
     for name in inputs.manifest.envs:
         if envs and name not in names:
@@ -347,26 +304,6 @@ def collect_problems(*, root: Path = Path("."), envs: list[str] | None = None, c
         for extra in sorted(set(locked) - set(inputs.manifest.envs)):
             problems.append(policy.Problem(extra, "-", "stale-lock", f"pixi.lock has {extra!r}, pixi.toml has no such environment", "mmstack lock"))
     return problems, f"{len(names)} environments locked and consistent with pixi.toml, the facts and the matrix"
-
-
-def run_lock_check(*, root: Path = Path("."), envs: list[str] | None = None, channels: list[str] | None = None,
-                   facts: Facts | None = None, config: Path | None = None, require_lock: bool = False,
-                   as_json: bool = False) -> int:
-    problems, summary = collect_problems(root=root, envs=envs, channels=channels, facts=facts, config=config,
-                                         require_lock=require_lock)
-    if as_json:  # for a CI step that parses stdout: the same verdict and exit code
-        report.print_json({"ok": not problems, "summary": None if problems else summary,
-                           "problems": [{"env": p.env, "package": p.package, "rule": p.rule, "message": p.message,
-                                         "fix": p.fix} for p in problems]})
-        return 1 if problems else 0
-    out = report.console()
-    for p in problems:
-        out.print(p.line(), highlight=False, markup=False, soft_wrap=True)
-    if problems:
-        report.error_line(f"lock check: {len(problems)} problem(s)")
-        return 1
-    out.print(f"lock check: OK: {summary}", highlight=False, markup=False, soft_wrap=True)
-    return 0
 
 
 def check_locks_for_check_command(root: Path) -> str:
