@@ -331,3 +331,26 @@ def test_a_pixi_fixture_mmstack_cannot_lock_is_refused_naming_the_key():
     with pytest.raises(BadInput) as exc:
         pixi_manifest.load(PIXI_FIXTURES / "non-satisfiability/mismatch-channel-priority/pixi.toml")
     assert "workspace.channel-priority" in exc.value.one_line()
+
+
+@pytest.mark.parametrize("fixture", ["introduction-init", "tasks", "conda-extras"])
+def test_an_environment_with_no_packages_is_a_valid_lock(fixture):
+    """pixi writes an environment with nothing to install as `packages: {}` (locked for no
+    platform) and reads it as valid: 10 of the 130 pixi.lock files in pixi's repository have one
+    (tests/data/pixi_lock_fixtures/SOURCE.md). mmstack reads them too, each such environment empty."""
+    d = PIXI_FIXTURES / "empty-environments" / fixture
+    locked = lockfile.read_pixi_lock(d / "pixi.lock")
+    empty = {"introduction-init": {"default"}, "tasks": {"default", "extra"}, "conda-extras": {"default"}}[fixture]
+    assert {n for n, e in locked.items() if not e.packages} == empty
+    for name in empty:
+        assert (locked[name].platform, locked[name].other_platforms) == ("", ())
+        assert locked[name].channels and all(c.startswith("https://") for c in locked[name].channels)
+    if fixture == "conda-extras":
+        assert [p.name for p in locked["env-foo"].packages] == ["dep-foo", "my-package"]
+
+
+def test_an_empty_environment_satisfies_a_manifest_that_asks_for_nothing():
+    """pixi's docs example (`pixi init`): no dependencies, nothing locked: no problem, as for pixi."""
+    d = PIXI_FIXTURES / "empty-environments" / "introduction-init"
+    m = pixi_manifest.load(d / "pixi.toml")
+    assert policy.pixi_lock_problems(m, lockfile.read_pixi_lock(d / "pixi.lock", m.platforms)) == []

@@ -108,8 +108,11 @@ def read_pixi_lock(path: Path, platforms: tuple[Platform, ...] | None = None) ->
         envs: dict[str, LockedEnv] = {}
         for name, env in lf.environments():
             plats = env.platforms()
-            if not plats:
-                raise BadInput(f"environment {name!r} is locked for no platform", source=str(path), fix="run `mmstack lock`")
+            if not plats:  # `packages: {}`: an environment with nothing to install, valid for pixi
+                envs[name] = LockedEnv(name=name, platform="", subdir="", virtual_packages=(),
+                                       channels=tuple(str(getattr(c, "url", c)) for c in env.channels()),
+                                       packages=(), options=options.get(name, ()))
+                continue
             first = min(range(len(plats)), key=lambda i: order.get(renames.get(plats[i].name, plats[i].name), len(order) + i))
             envs[name] = _locked_env(name, env, plats[first], [q for i, q in enumerate(plats) if i != first],
                                      options.get(name, ()), renames)

@@ -331,7 +331,7 @@ def pixi_env_problems(env: EnvSpec, locked: LockedEnv, channel_urls: list[str]) 
     names = {p.name for p in env.platforms}
     subdirs = {p.subdir for p in env.platforms}
     extra = sorted(n for n, sub, _ in locked.other_platforms if n not in names and sub not in subdirs)
-    if locked.platform not in names and locked.subdir not in subdirs:
+    if locked.platform and locked.platform not in names and locked.subdir not in subdirs:  # "": no packages locked
         extra.insert(0, locked.platform)
     if extra:
         out.append(Problem(env.name, "-", "pixi-platforms",
@@ -370,6 +370,8 @@ def pixi_lock_problems(manifest: Manifest, locked: dict[str, LockedEnv]) -> list
 def _platform_definition(env: EnvSpec, locked: LockedEnv, relock: str) -> list[Problem]:
     """pixi's PlatformDefinitionChanged: the locked platform of that name has the manifest's subdir
     and customised virtual packages (after pixi's alignment of `p1`, `p2`, ... by identity)."""
+    if not locked.platform:  # locked with no packages, for no platform: nothing to compare
+        return []
     match = [p for p in env.platforms if p.name == locked.platform]
     if len(env.platforms) == 1 and not match:
         match = list(env.platforms)
