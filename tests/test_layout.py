@@ -313,7 +313,7 @@ def _code_files() -> list[str]:
 
 def test_no_file_edits_sys_path():
     files = _code_files()
-    assert "scripts/gpu-proof.sh" in files and "lab/src/mmstack_lab/paths.py" in files
+    assert "lab/gpu/carry.sh" in files and "lab/src/mmstack_lab/paths.py" in files
     bad = {f: e for f in files if f not in SYS_PATH_ALLOWED and (e := sys_path_edits(ROOT / f))}
     assert bad == {}, f"sys.path edits (install the package, run with -m, or set PYTHONPATH): {bad}"
     assert all(sys_path_edits(ROOT / f) for f in SYS_PATH_ALLOWED), "an allowed exception is gone: drop it from the list"
@@ -348,7 +348,7 @@ def shell_private_names(path: Path) -> list[str]:
 
 def test_shell_steps_reach_no_private_name():
     scripts = [ROOT / f for f in _code_files() if f.endswith(".sh") or f == ".ci/run"]
-    assert ROOT / "scripts" / "gpu-proof.sh" in scripts
+    assert ROOT / "lab" / "gpu" / "carry.sh" in scripts
     assert {str(p.relative_to(ROOT)): b for p in scripts if (b := shell_private_names(p))} == {}
 
 

@@ -271,17 +271,3 @@ def test_size_mode_shrinks_both_packages_and_threads_buy_no_wall_time():
     assert thr["longest_unit"]["s"] < base["longest_unit"]["s"] and thr["unit_cpu_s"] > base["unit_cpu_s"]
     assert thr["parallel_limit_s"] == round(thr["unit_cpu_s"] / thr["cores"], 1)  # CPU-bound, not longest-unit-bound
     assert fat["recipe-fat3"]["command_wall_s"] >= fat["recipe-fat2"]["command_wall_s"]
-
-
-def test_nvcc_extra_finds_the_one_flag_line_it_extends_in_build_sh(tmp_path):
-    """scripts/gpu-proof.sh's NVCC_EXTRA appends flags after build.sh's `-Xfatbin -compress-all"` in the
-    run's copy of the recipe; the sed it runs must hit exactly that line here, not fail on the device."""
-    script = (ROOT / "scripts" / "gpu-proof.sh").read_text()
-    sed = next(line.strip() for line in script.splitlines() if line.strip().startswith('sed -i "s|-Xfatbin -compress-all'))
-    copy = tmp_path / "build.sh"
-    shutil.copy(ROOT / "recipes" / "mmcv" / "build.sh", copy)
-    subprocess.run(["bash", "-c", sed.replace('"$W/recipes/mmcv/build.sh"', '"$1"'), "sed", str(copy)], check=True,
-                   env={**os.environ, "NVCC_EXTRA": "--threads 0"})
-    before, after = ((ROOT / "recipes" / "mmcv" / "build.sh").read_text().splitlines(), copy.read_text().splitlines())
-    changed = [b for a, b in zip(before, after, strict=True) if a != b]
-    assert changed == ['  fatbin_flags="-Xfatbin -compress-all --threads 0"']

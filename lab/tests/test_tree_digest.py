@@ -1,4 +1,4 @@
-"""scripts/tree-digest.sh: the digest that tells, in a device run's machine.txt, whether .gpu-commit
+"""lab/gpu/tree-digest.sh: the digest that tells, in a device run's machine.txt, whether .gpu-commit
 named the tree that was sent (the device's git metadata is the session's base commit, so
 recipe-run9's follow-up calls said a commit that was two behind, with nothing to flag it).
 
@@ -37,7 +37,7 @@ def _copy(tmp_path: Path) -> Path:
 
 
 def _digest(tree: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", str(tree / "scripts" / "tree-digest.sh"), *args], cwd=tree, capture_output=True, text=True)
+    return subprocess.run(["bash", str(tree / "lab" / "gpu" / "tree-digest.sh"), *args], cwd=tree, capture_output=True, text=True)
 
 
 def _git(tree: Path, *args: str) -> None:
@@ -76,22 +76,27 @@ def test_gpu_commit_waits_for_a_commit_then_names_it_and_its_digest(tmp_path):
     assert head.endswith(" the edit") and digest == "digest " + _digest(tree).stdout.strip()
 
 
-def test_gpu_proofs_check_writes_matches_stale_or_unchecked(tmp_path):
-    """The lines of gpu-proof.sh that write tree_digest into machine.txt, run as they are."""
-    text = (ROOT / "scripts" / "gpu-proof.sh").read_text()
-    start = text.index("  here=$(bash")
-    check = text[start:text.index("; fi\n", start) + 4]
-    assert "tree-digest.sh --gpu-commit" in (ROOT / "scripts" / "gpu-carry.sh").read_text()
+def test_the_proof_drivers_machine_txt_says_matches_stale_or_unchecked(tmp_path):
+    """mmstack_lab.proof.run writes tree_digest into machine.txt from lab/gpu/tree-digest.sh and .gpu-commit."""
+    from mmstack_lab.proof import run as driver
+    from mmstack_lab.proof.context import Run
+
+    assert "tree-digest.sh --gpu-commit" in (ROOT / "lab" / "gpu" / "carry.sh").read_text()
     tree = _copy(tmp_path)
     here = _digest(tree).stdout.strip()
+    r = Run(root=tree, carry=tmp_path / "c", res=tmp_path / "res", work=tmp_path / "w",
+            facts={"python": "3.11", "python_full": "3.11.7", "torch": "2.13", "torch_full": "2.13.0", "cuda": "",
+                   "cuda_full": None, "gcc": "", "c_stdlib_version": ""})
+    r.res.mkdir()
 
     def line(gpu_commit: str | None) -> str:
         (tree / ".gpu-commit").unlink(missing_ok=True)
         if gpu_commit is not None:
             (tree / ".gpu-commit").write_text(gpu_commit)
-        return subprocess.run(["bash", "-c", f'ROOT="{tree}"\n{check}'], capture_output=True, text=True, check=True).stdout
+        driver._machine_txt(r)
+        return next(x for x in (r.res / "machine.txt").read_text().splitlines() if x.startswith("tree_digest:"))
 
-    assert line(f"abc1234 the tree\ndigest {here}\n") == f"tree_digest: {here} (matches .gpu-commit)\n"
+    assert line(f"abc1234 the tree\ndigest {here}\n") == f"tree_digest: {here} (matches .gpu-commit)"
     assert "(STALE: .gpu-commit names " + "0" * 64 in line(f"abc1234 the tree\ndigest {'0' * 64}\n")
     assert "(.gpu-commit has no digest: unchecked)" in line("abc1234 the tree\n")
     assert "unchecked" in line(None)

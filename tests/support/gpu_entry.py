@@ -1,5 +1,5 @@
 """The evidence a recipe patch needs to have entered after its GPU run (recipes/mmcv/patches/README.md):
-a gpu-proof.sh run with PROPOSED=1 built the recipe with it (proposed.txt: each candidate file's
+a GPU-proof run with --proposed (mmstack_lab.proof.run) built the recipe with it (proposed.txt: each candidate file's
 sha256; proposed_diffs.json: its diff's, so a header rewritten after the run stays checkable), its
 sandbox tests and the installed ladder passed, and patch_ab.py measured it."""
 

@@ -9,7 +9,7 @@ Subpackages, one per question:
   ops         how fast mmcv's ops are (against torchvision; released against patched kernels)
   detector    how fast a detector trains (mmdet against torchvision, per stage, per op)
   overhead    what mmstack's own steps cost (lock, the verify ladder, mmcv's start-up)
-  proof       the GPU proof runs' summaries (scripts/gpu-proof.sh's results)
+  proof       the GPU proof: its stage registry and driver (python -m mmstack_lab.proof.run) and each run's summary
   docs        the numbers and pictures in docs/, rendered from lab/results/
   common      timing, host facts, compressed logs, path scrubbing shared by the above
 """

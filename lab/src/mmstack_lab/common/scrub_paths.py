@@ -2,7 +2,7 @@
 
     python -m mmstack_lab.common.scrub_paths lab/results/h200/recipe-run2
 
-Results record no machine paths: scripts/gpu-proof.sh works under $WORK (/tmp/gp), writes to
+Results record no machine paths: the GPU proof (mmstack_lab.proof.run) works under $WORK (/tmp/gp), writes to
 $RES (/tmp/res) and runs from the checkout ($ROOT); logs and JSON name them as those variables.
 The test cache under a home directory (tests/support/bootstrap.py) is $MMSTACK_TEST_CACHE, any
 other home directory $HOME. lab/tests/test_results_paths.py fails on a path that slipped through.

@@ -5,7 +5,7 @@
         --device cuda --json > patch_ab.json
 
 For a patch that touches only Python files of mmcv (or of mmdet: `--package mmdet`; a CUDA-source
-patch needs a rebuild: PROPOSED=1 in scripts/gpu-proof.sh). The installed package (`import mmcv`
+patch needs a rebuild: the proof's --proposed builds, mmstack_lab.proof.run). The installed package (`import mmcv`
 in this interpreter) is copied into an
 overlay folder and the patch applied there with `patch -p1` (or reversed there, where the
 installed package already carries it: a PROPOSED=1 build); every measurement then runs in a

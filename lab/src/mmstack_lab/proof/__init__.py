@@ -1,1 +1,1 @@
-"""The GPU proof runs (scripts/gpu-proof.sh): one summary.json per results folder."""
+"""The GPU proof: the stage registry (stages.py), its driver (run.py) and one summary.json per run."""

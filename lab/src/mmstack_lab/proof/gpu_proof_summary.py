@@ -1,4 +1,4 @@
-"""One self-describing summary.json from what scripts/gpu-proof.sh left in its results folder.
+"""One self-describing summary.json from what a GPU-proof run (mmstack_lab.proof.run) left in its results folder.
 
     python -m mmstack_lab.proof.gpu_proof_summary lab/results/h200/recipe-run1 > .../summary.json
 
@@ -32,6 +32,20 @@ def _json(path: Path):
         return json.loads(path.read_text())
     except (OSError, ValueError):
         return None
+
+
+def _what(machine: str) -> str:
+    """How the run was made: the stage driver writes whether its builds ran their tests; the retired
+    scripts/gpu-proof.sh (every run before it) built and tested on the GPU machine."""
+    if "test sections in the builds: no" in machine:
+        return ("recipes/mmcv built for CUDA by rattler-build (`mmstack build --no-test`) on the CPU machine, its test "
+                "section run on the GPU (`mmstack test`), installed with py-rattler and checked with `mmstack verify` "
+                "(mmstack_lab.proof.run)")
+    if "test sections in the builds: yes" in machine:
+        return ("recipes/mmcv built for CUDA by rattler-build (`mmstack build`), tested in its sandbox on the GPU, "
+                "installed with py-rattler and checked with `mmstack verify` (mmstack_lab.proof.run)")
+    return ("recipes/mmcv built for CUDA by rattler-build (`mmstack build`), tested in its sandbox on the GPU, "
+            "installed with py-rattler and checked with `mmstack verify` (scripts/gpu-proof.sh)")
 
 
 def _cores(machine: str) -> int | None:
@@ -175,8 +189,7 @@ def main(argv: list[str] | None = None) -> int:
             sizes[Path(parts[1]).name] = int(parts[0])
     standin = _json(res / "standin.json") or {}
     summary = {
-        "what": "recipes/mmcv built for CUDA by rattler-build (`mmstack build`), tested in its sandbox on the GPU, "
-                "installed with py-rattler and checked with `mmstack verify` (scripts/gpu-proof.sh)",
+        "what": _what(machine),
         "stand_in": STAND_IN_NOTE,
         "run": res.name,
         "machine": [line for line in machine.splitlines() if line.strip()],

@@ -2,14 +2,14 @@
 # The digest of the code a device run uses (recipes, scripts, src, tests/support, the lab's code in
 # lab/src and lab/gpu, the pyproject.toml files, conda_build_config.yaml; not results, tests or docs), the same on this machine and on the
 # device, whose git metadata is the session's base commit rather than the tree it was sent
-# (.gpu-commit says which commit that tree is; scripts/gpu-proof.sh compares the two digests and
+# (.gpu-commit says which commit that tree is; mmstack_lab.proof.run compares the two digests and
 # writes into machine.txt whether .gpu-commit was stale).
 #
-#   bash scripts/tree-digest.sh               # the digest (64 hex)
-#   bash scripts/tree-digest.sh --gpu-commit  # write .gpu-commit: "<commit> <subject>" and "digest <hex>"
+#   bash lab/gpu/tree-digest.sh               # the digest (64 hex)
+#   bash lab/gpu/tree-digest.sh --gpu-commit  # write .gpu-commit: "<commit> <subject>" and "digest <hex>"
 #                                             # (commit first: the digest names the committed tree)
 set -euo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
 digest() {
   { find recipes scripts src tests/support lab/src lab/gpu -type f
@@ -19,7 +19,7 @@ digest() {
 if [[ "${1:-}" == --gpu-commit ]]; then
   if [[ -n "$(git status --porcelain -- recipes scripts src tests/support lab/src lab/gpu pyproject.toml \
               lab/pyproject.toml conda_build_config.yaml)" ]]; then
-    echo "scripts/tree-digest.sh: uncommitted changes to the code a device run uses: commit them first" >&2
+    echo "lab/gpu/tree-digest.sh: uncommitted changes to the code a device run uses: commit them first" >&2
     exit 2
   fi
   { git log -1 --format='%h %s' | cut -c1-100; echo "digest $(digest)"; } > .gpu-commit

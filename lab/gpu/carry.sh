@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# Prepare .carry/ for scripts/gpu-proof.sh on the lent H200 (CPython 3.12, no network, 64 MiB a
+# Prepare .carry/ for the GPU proof (python -m mmstack_lab.proof.run) on the lent H200 (CPython 3.12, no network, 64 MiB a
 # call): the wheels its image lacks, py-rattler(-build) unpacked and xz-compressed (their wheels
 # alone are 52 MB; site.tar.xz is ~30 MB), the mmcv/mmdet sdists and upstream's tag archive.
 #
-#   bash scripts/gpu-carry.sh            # then: device run with carry [".carry", ".gpu-commit"]
-#   bash scripts/tree-digest.sh --gpu-commit    # the tree's commit and digest, for machine.txt
+#   bash lab/gpu/carry.sh            # then: device run with carry [".carry", ".gpu-commit"]
+#   bash lab/gpu/tree-digest.sh --gpu-commit    # the tree's commit and digest, for machine.txt
 #
 # Takes ~5 min on 2 cores (xz -9). Versions: py-rattler/py-rattler-build as in this checkout's
 # venv (.venv), the rest pinned in tests/support/bootstrap.py (the device has the others: KINDS.md).
 set -euo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
 PY="${PY:-$ROOT/.venv/bin/python}"
 C="$ROOT/.carry"

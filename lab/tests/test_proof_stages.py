@@ -1,0 +1,95 @@
+"""The GPU proof's stage registry (mmstack_lab.proof.stages) and its driver (proof.run).
+
+The registry is the one place a stage is defined; these check its shape and that the driver keeps
+its promises before anything runs: a stage whose needs did not run is refused, a GPU stage is
+refused on a machine without one, an unknown stage is one line and exit 2. The stages themselves
+ran for real: the CPU ones on the development machine (lab/results/cpu-dev/proof-cpu-build/), the
+GPU ones in the runs under lab/results/h200/.
+"""
+
+from __future__ import annotations
+
+import ast
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mmstack_lab.docs.tables import TABLES
+from mmstack_lab.proof import run as driver
+from mmstack_lab.proof.context import Run
+from mmstack_lab.proof.stages import BY_NAME, CPU_DEFAULT, GPU_DEFAULT, STAGES, plan
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_every_stage_is_defined_once_with_known_needs_that_come_before_it():
+    names = [s.name for s in STAGES]
+    assert len(names) == len(set(names))
+    for i, s in enumerate(STAGES):
+        assert s.where in ("cpu", "gpu", "both"), s.name
+        assert s.summary and s.outputs, s.name
+        for need in s.needs:
+            assert need in names[:i], f"{s.name} needs {need}, which is not an earlier stage"
+
+
+def test_builds_are_cpu_stages_and_the_gpu_machine_only_tests_installs_and_measures():
+    cpu = {s.name for s in STAGES if s.where == "cpu"}
+    assert {"noarch", "mmengine", "sm90", "ptx", "fat", "mmdet"} == cpu
+    assert all(BY_NAME[n].where in ("cpu", "both") for n in CPU_DEFAULT)
+    assert all(BY_NAME[n].where in ("gpu", "both") for n in GPU_DEFAULT), "the GPU machine builds nothing by default"
+    assert "test" in GPU_DEFAULT and "seed" in GPU_DEFAULT
+
+
+def test_each_docs_table_a_stage_feeds_exists():
+    for s in STAGES:
+        if s.docs:
+            assert s.docs in TABLES, (s.name, s.docs)
+
+
+def test_no_stage_edits_a_recipe_with_sed():
+    """Variants and flags go through `mmstack build`; --proposed edits the copy's patch list as YAML."""
+    for mod in ("stages", "context", "run"):
+        tree = ast.parse((ROOT / "lab/src/mmstack_lab/proof" / f"{mod}.py").read_text())
+        strings = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+        assert "sed" not in strings, mod
+
+
+def test_plan_keeps_registry_order_and_refuses_unknown_names():
+    assert [s.name for s in plan(["test", "seed", "standin"])] == ["standin", "seed", "test"]
+    with pytest.raises(ValueError, match="unknown stage"):
+        plan(["sm91"])
+
+
+def _run(tmp_path: Path) -> Run:
+    return Run(root=ROOT, carry=tmp_path / "carry", res=tmp_path / "res", work=tmp_path / "work", py=sys.executable,
+               facts={"python": "3.11", "torch": "2.13", "cuda": "", "gcc": "12", "c_stdlib_version": ""})
+
+
+def test_a_stage_whose_needs_never_ran_is_refused_before_anything_runs(tmp_path):
+    r = _run(tmp_path)
+    r.res.mkdir()
+    r.work.mkdir()
+    assert driver.execute(r, ["mmdet"]) == 2
+    status = (r.res / "STATUS").read_text()
+    assert "FAIL plan: mmdet needs standin; mmdet needs mmengine" in status
+    assert not list(r.work.iterdir()), "nothing ran"
+
+
+@pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="a GPU is present")
+def test_gpu_stages_are_refused_on_a_machine_without_a_gpu(tmp_path):
+    r = _run(tmp_path)
+    r.res.mkdir()
+    r.work.mkdir()
+    (r.work / ".done-standin").touch()
+    assert driver.execute(r, ["seed", "test"]) == 2
+    assert "seed, test need a GPU; this machine has none" in (r.res / "STATUS").read_text()
+
+
+def test_unknown_stage_on_the_command_line_is_one_line_exit_2(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "mmstack_lab.proof.run", "--stages", "sm91", "--res",
+                           str(tmp_path / "res"), "--work", str(tmp_path / "w")], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [proc.stderr.strip()] and "unknown stage(s) sm91" in proc.stderr
