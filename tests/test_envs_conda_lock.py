@@ -177,3 +177,18 @@ def test_the_console_script_agrees(root, conda):
     proc = subprocess.run([str(exe), *check_args("rtx4090", conda)], cwd=root, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and SKIPPED in proc.stderr, proc.stderr
     assert calls(conda) == ["--version"]
+
+
+def test_conda_lockfiles_plugin_detects_the_format(root, envs):
+    """conda's conda-lockfiles plugin (what `conda env create --file envs/<env>.conda-lock.yml` asks)
+    takes a file as conda-lock v1 only if it validates against its model, whose custom_metadata,
+    when present, must carry `created_by` as a string (conda-incubator/conda-lockfiles,
+    conda_lockfiles/conda_lock/v1.py lines 101-104 and 115 at 84344439). Without it conda falls back
+    to reading the file as an environment.yml and creates an empty environment, exit 0."""
+    import mmstack
+
+    for env in envs:
+        meta = lockfile.load_yaml(lockfile.conda_lock_path(root, env).read_text())["metadata"]
+        assert meta["custom_metadata"]["created_by"] == f"mmstack {mmstack.__version__}", env
+        assert all(isinstance(v, str) for v in meta["custom_metadata"].values()), env  # conda-lock: dict[str, str]
+        assert meta["platforms"] and all(set(c) == {"url", "used_env_vars"} for c in meta["channels"])

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mmstack import __version__
 from mmstack.envs import portable
 from mmstack.envs.pixi_manifest import Platform
 from mmstack.errors import BadInput
@@ -255,7 +256,12 @@ def conda_lock_document(*, env: LockedEnv, channels: list[str], sources: list[st
             "channels": [{"url": c.rstrip("/"), "used_env_vars": []} for c in channels],
             "platforms": [env.subdir],
             "sources": sources,
-            "custom_metadata": {"mmstack_env": env.name, "mmstack_platform": env.platform,
+            # conda's conda-lockfiles plugin detects a conda-lock v1 file by validating it against its
+            # model, where custom_metadata, when present, must hold `created_by: str`
+            # (conda-incubator/conda-lockfiles conda_lockfiles/conda_lock/v1.py, CondaLockV1CustomMetadata,
+            # lines 101-104 at 84344439): without it `conda env create --file` does not take the file
+            # as a lock and creates an empty environment.
+            "custom_metadata": {"created_by": f"mmstack {__version__}", "mmstack_env": env.name, "mmstack_platform": env.platform,
                                 "mmstack_virtual_packages": " ".join(env.virtual_packages), **digests},
         },
         "package": [
