@@ -114,7 +114,7 @@ def read_config(path: Path) -> list[dict]:
     """Read the file with py-rattler-build; return its combinations as plain dicts."""
     path = Path(path)
     if not path.is_file():
-        raise BadInput(f"{path} not found", fix="run from the repository root or pass --config PATH")
+        raise BadInput(f"{path} not found", fix="run from the repository root or give it as --root DIR (`mmstack matrix`: --config PATH)")
     try:
         from rattler_build import JinjaConfig, PlatformConfig, RattlerBuildError, VariantConfig
     except ImportError:
