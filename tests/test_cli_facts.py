@@ -254,3 +254,20 @@ def test_package_check_inherits_tegra_and_family_rules(sm80_and_sm100f, obj, gpu
     code, out, err = mmstack("arch", "check", "--gpu", gpu, "--package", str(sm80_and_sm100f[obj]), "--json")
     a = json.loads(out)
     assert a["verdict"] == verdict and code == (0 if a["ok"] else 1), err
+
+
+def test_arch_check_offers_the_fat_build_to_a_turing_gpu():
+    code, out, _ = mmstack("arch", "check", "--gpu", "Tesla T4", "--arch-list", "8.0", "--json")
+    a = json.loads(out)
+    assert code == 1 and a["verdict"] == "will-not-run" and '"mmcv=*=cuda129_all*"' in a["fix"]
+
+
+def test_detect_tells_an_arm_hosted_gpu_no_environment():
+    """`mmstack detect` (verify/doctor.assign_envs) passes the facts' host through as `gpus` does."""
+    from mmstack.facts.gpus import load
+    from mmstack.verify.doctor import assign_envs
+
+    (row,) = assign_envs([{"name": "NVIDIA GH200 480GB", "compute_capability": "9.0"}], load())
+    assert row["environment"] is None and row["command"] is None and "linux-aarch64" in row["reason"]
+    (row,) = assign_envs([{"name": "NVIDIA H100 80GB HBM3", "compute_capability": "9.0"}], load())
+    assert row["environment"] == "h100"

@@ -95,9 +95,6 @@ def test_environment_for(name, cc, env):
 def test_doctor_s_ext_coverage_applies_the_tegra_rule():
     """doctor judges the installed mmcv._ext with ext_coverage: on Tegra (Orin 8.7) sm_80 SASS does not run,
     compute_80 PTX does (issue 40 item 1)."""
-    from mmstack.facts.arch import Coverage
-    from mmstack.facts.compat import ext_coverage
-
     assert ext_coverage("8.7", ("8.0",), ()).coverage is Coverage.NONE
     assert ext_coverage("8.7", ("8.0",), ("8.0",)).coverage is Coverage.PTX_JIT
     assert ext_coverage("8.6", ("8.0",), ()).coverage is Coverage.LOWER_MINOR

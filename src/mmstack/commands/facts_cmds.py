@@ -10,7 +10,7 @@ from pathlib import Path
 from mmstack import report
 from mmstack.errors import BadInput
 from mmstack.facts import arch as archmod
-from mmstack.facts.gpus import load
+from mmstack.facts.gpus import load, version_key
 from mmstack.progress import steps_on_stderr
 from mmstack.variants import matrix as variants
 
@@ -167,14 +167,14 @@ def run_arch_check(*, gpu: str | None, arch_list: str | None, cuda: str | None, 
     if glibc is not None and not re.fullmatch(r"\d+\.\d+", glibc):
         raise BadInput(f"--glibc {glibc!r} is not a glibc version", fix="e.g. --glibc 2.28 (ldd --version tells)")
     if arch_list is not None and package is None:
-        a = archmod.assess(facts, gpu_name=gpu, cc=cc, arch_list=arch_list, cuda=cuda)
+        a = archmod.assess(facts, gpu_name=gpu, cc=cc, arch_list=arch_list, cuda=cuda, builds=_fat_builds(facts))
     elif package is not None and arch_list is None:
         if cuda is not None:
             raise BadInput("--cuda goes with --arch-list (a package is already built)", fix="drop --cuda")
         if gpu is None and cc is None:
             raise BadInput("name the GPU: --gpu NAME or --cc X.Y", fix="e.g. --gpu 'RTX 4090' or --cc 8.9")
         listings = _read_package(package, quiet=quiet)
-        a = archmod.assess_package(facts, listings, package=str(package), gpu_name=gpu, cc=cc)
+        a = archmod.assess_package(facts, listings, package=str(package), gpu_name=gpu, cc=cc, builds=_fat_builds(facts))
         a = with_glibc(a, listings, glibc or _system_glibc())
     else:
         raise BadInput("give exactly one of --arch-list LIST or --package PATH",
@@ -217,3 +217,75 @@ def run_matrix(*, fmt: str, config: Path) -> int:
             title=f"{len(matrix)} variants from {config}",
         )
     return 0
+
+
+# -- `arch check --channel`: the build a solver installs for a GPU (CEP 46's `__cuda_arch`) --------
+
+def solver_pick(facts, machine, channels: list[str]) -> dict:
+    """What the solver installs for `mmcv` over `channels` on `machine`, with and without its
+    `__cuda_arch` (a conda without the nvidia-virtual-packages plugin), and how the GPU runs the pick
+    (the matrix's arch set for that build, where ./conda_build_config.yaml is readable)."""
+    from mmstack.errors import CheckFailed
+    from mmstack.variants import selection
+
+    urls = selection.channel_urls(channels)
+    rows: list = []
+    if Path(variants.CONFIG_FILE).is_file():
+        try:
+            rows = variants.load_matrix(facts, Path(variants.CONFIG_FILE))
+        except (BadInput, CheckFailed):
+            rows = []
+
+    def one(m) -> dict:
+        answer = selection.solve(urls, ["mmcv"], m).as_dict()
+        row = next((v for v in rows if answer.get("build") and v.build_string_prefix == selection.build_prefix(answer["build"])), None)
+        if row is not None and m.cuda_arch:
+            cov = archmod.coverage(archmod.parse_arch(m.cuda_arch), row.targets)
+            answer["arch_list"], answer["runs"] = row.arch_list, cov.coverage.value
+        return {"virtual_packages": {k: v for k, v in m.virtual_packages().items() if k.startswith("__cuda")}, **answer}
+
+    out = {"channels": channels, "specs": ["mmcv"], "with_cuda_arch": one(machine)}
+    if machine.cuda_arch:
+        out["without_cuda_arch"] = one(selection.Machine(machine.cuda, None))
+    return out
+
+
+def solver_pick_lines(pick: dict) -> list[str]:
+    def say(a: dict) -> str:
+        vps = ", ".join(f"{k} {v}" for k, v in a["virtual_packages"].items()) or "no __cuda"
+        if "unsatisfiable" in a:
+            return f"{vps}: no mmcv installs: {a['unsatisfiable'][:300]}"
+        runs = f" ({a['arch_list']}: {a['runs']} here)" if a.get("runs") else ""
+        return f"{vps}: mmcv {a['version']} {a['build']}{runs}"
+    lines = [f"solver (py-rattler) over {', '.join(pick['channels'])}: {say(pick['with_cuda_arch'])}"]
+    if "without_cuda_arch" in pick:
+        lines.append(f"  a conda without __cuda_arch (no nvidia-virtual-packages plugin): {say(pick['without_cuda_arch'])}")
+    return lines
+
+
+def run_arch_channel(*, gpu: str | None, cc: str | None, channels: list[str], cuda: str | None, as_json: bool) -> int:
+    """`arch check --channel`: which mmcv build of the channels a solver installs for the GPU named."""
+    from mmstack.variants import selection
+
+    facts = load()
+    if (gpu is None) == (cc is None):
+        raise BadInput("name the GPU: --gpu NAME or --cc X.Y", fix="e.g. --gpu 'RTX 4090' --channel ./channel --channel conda-forge")
+    name = gpu
+    arch = str(archmod.parse_arch(cc, where="--cc").plain) if cc else facts.find_gpu(gpu or "").compute_capability
+    if cuda is None:
+        served = archmod.serving_env(facts, arch)
+        gen = facts.env(served.env) if served.env else None
+        newest = max((t.version for t in facts.toolkits_for(arch)), key=version_key, default=None)
+        cuda = gen.cuda if gen and gen.cuda else newest
+        if cuda is None:
+            raise BadInput(f"no CUDA toolkit of the facts builds for compute capability {arch}", fix="pass --cuda X.Y (the driver's CUDA)")
+    pick = solver_pick(facts, selection.Machine(cuda, arch), channels)
+    pick = {"gpu": name or f"compute capability {arch}", "cuda_arch": arch, **pick}
+    if as_json:
+        report.print_json(pick)
+    else:
+        report.console().print(f"{pick['gpu']}: __cuda_arch {arch}", markup=False, highlight=False)
+        for line in solver_pick_lines(pick):
+            report.console().print(line, markup=False, highlight=False, soft_wrap=True)
+    chosen = pick["with_cuda_arch"]
+    return 0 if "unsatisfiable" not in chosen and chosen.get("runs", "native") != "none" else 1

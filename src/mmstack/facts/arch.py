@@ -430,8 +430,16 @@ def _subject(facts: Facts, gpu_name: str | None, cc: str | None) -> _Subject:
     return _Subject(gpu.name, parse_arch(gpu.compute_capability, where="facts"), gpu)
 
 
-def _install_hint(facts: Facts, who: _Subject) -> str:
-    served = serving_env(facts, str(who.cc), segment=getattr(who.gpu, "segment", ""), host=getattr(who.gpu, "host", ""))
+def _install_hint(facts: Facts, who: _Subject, builds: tuple[Build, ...] = ()) -> str:
+    segment, host = getattr(who.gpu, "segment", ""), getattr(who.gpu, "host", "")
+    served = serving_env(facts, str(who.cc), segment=segment, host=host, builds=builds)
+    if served.env is None and (segment == "jetson" or host):  # another platform than every environment's
+        return f"a build that carries {who.cc} SASS: {served.reason}"
+    if served.env is None and served.build:
+        how = {Coverage.NATIVE: f"native {who.cc.sm} SASS", Coverage.LOWER_MINOR: "lower-minor SASS: runs, not tuned",
+               Coverage.PTX_JIT: "PTX JIT"}[served.coverage]
+        return (f"mmstack's fat build {served.build} ({how}: conda install -c CHANNEL -c conda-forge"
+                f" \"mmcv=*={served.build}*\"; `mmstack gpus` says more)")
     if served.env and served.coverage is Coverage.NATIVE:
         return (f"install the {served.env} environment (`pixi run -e {served.env} verify`, or conda"
                 f" \"mmcv=*=cuda*_sm{who.cc.major}{who.cc.minor}*\" from an mmstack channel)")
@@ -455,18 +463,19 @@ def _dropped_in(facts: Facts, arch: str, tk) -> str | None:
 
 
 def assess(facts: Facts, *, gpu_name: str | None = None, arch_list: str, cuda: str | None = None,
-           cc: str | None = None) -> Assessment:
-    """Will a build of `arch_list` (with CUDA `cuda`) run on the GPU? Why not, and the fix."""
+           cc: str | None = None, builds: tuple[Build, ...] = ()) -> Assessment:
+    """Will a build of `arch_list` (with CUDA `cuda`) run on the GPU? Why not, and the fix (`builds`: the
+    variant matrix's fat builds, offered where no generation environment serves the GPU)."""
     who = _subject(facts, gpu_name, cc)
     targets = parse_arch_list(arch_list)
-    return _verdict(facts, who, targets, cuda=cuda, arch_list=format_arch_list(targets))
+    return _verdict(facts, who, targets, cuda=cuda, arch_list=format_arch_list(targets), builds=builds)
 
 
 def _verdict(facts: Facts, who: _Subject, targets, *, cuda: str | None, arch_list: str,
-             notes: tuple[str, ...] = (), files: tuple[dict, ...] = ()) -> Assessment:
+             notes: tuple[str, ...] = (), files: tuple[dict, ...] = (), builds: tuple[Build, ...] = ()) -> Assessment:
     cc = who.cc
     need_cuda = cuda_range(facts, str(cc))
-    hint = _install_hint(facts, who)
+    hint = _install_hint(facts, who, builds)
     common: dict[str, Any] = dict(gpu=who.name, compute_capability=str(cc), arch_list=arch_list, cuda=cuda, files=files)
     notes = tuple(notes)
 
@@ -552,7 +561,7 @@ def _ranges(versions: list[str]) -> list[str]:
 
 
 def assess_package(facts: Facts, listings, *, package: str, gpu_name: str | None = None,
-                   cc: str | None = None) -> Assessment:
+                   cc: str | None = None, builds: tuple[Build, ...] = ()) -> Assessment:
     """Will a package (its CUDA objects, read by mmstack.facts.fatbin) run on the GPU?
 
     Every object carrying CUDA code must run, and within an object every kernel bundle (fatbin container:
@@ -566,7 +575,7 @@ def assess_package(facts: Facts, listings, *, package: str, gpu_name: str | None
         return Assessment(
             gpu=who.name, compute_capability=str(who.cc), arch_list="", cuda=None, verdict="no-cuda-code",
             ok=False, warning=False, reason=f"{package}: {where}, none with CUDA code (a CPU build): it never uses the GPU",
-            fix=f"install a CUDA build: {_install_hint(facts, who)}",
+            fix=f"install a CUDA build: {_install_hint(facts, who, builds)}",
         )
     def targets_of(sass, ptx) -> tuple[Target, ...]:
         return tuple([Target(parse_arch(a), "sass") for a in sass] + [Target(parse_arch(a), "ptx") for a in ptx])
@@ -587,7 +596,7 @@ def assess_package(facts: Facts, listings, *, package: str, gpu_name: str | None
                       "failing_bundles": [b.label for b in failing]})
         assessed.append((worst[0], worst[1], lst, failing, len(judged)))
     cov, targets, weakest, failing, n_bundles = min(assessed, key=lambda w: _ORDER[w[0]])  # the first of the weakest
-    a = _verdict(facts, who, targets, cuda=None, arch_list=format_arch_list(targets), files=tuple(files))
+    a = _verdict(facts, who, targets, cuda=None, arch_list=format_arch_list(targets), files=tuple(files), builds=builds)
     others = len(cuda_objects) - 1
     label = weakest.path.split("!")[-1]
     prefix = f"{label} (the weakest of {len(cuda_objects)} CUDA objects): " if others else f"{label}: "
@@ -599,7 +608,7 @@ def assess_package(facts: Facts, listings, *, package: str, gpu_name: str | None
         prefix += f"{len(failing)} of {n_bundles} kernel bundles have no code for {who.cc}: {listed}. The first: "
     can = [t.version for t in sorted(facts.toolkits_for(str(who.cc)), key=lambda t: t.key)]
     built_by = f"built by CUDA {' or '.join(_ranges(can))}" if can else "built by a toolkit that targets it"
-    mmcv = f"; for mmcv: {_install_hint(facts, who)}"
+    mmcv = f"; for mmcv: {_install_hint(facts, who, builds)}"
     fix = {
         Coverage.NONE: f"install a build of this package that carries {who.cc} SASS ({built_by}){mmcv}",
         Coverage.PTX_JIT: f"runs; for native code install a build with {who.cc} SASS ({built_by}){mmcv}",
