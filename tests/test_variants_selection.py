@@ -176,3 +176,49 @@ def test_pixis_rules_as_mmstack_reads_pixi_toml_and_the_builds_they_select(chann
             assert row.cuda is None
         else:
             assert plat.name.removeprefix("linux-64-") in row.envs
+
+
+# -- the commands: `mmstack arch check --channel`, `mmstack detect --channel` --------------------------
+
+def _cli(*args, env=None):
+    import os
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "mmstack.cli", *args], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, "COLUMNS": "200", **(env or {})}, timeout=300)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+@pytest.mark.parametrize("gpu, prefix", [("RTX 4090", "cuda129_sm89"), ("B300", "cuda129_sm100"), ("A100", "cuda129_sm80")])
+def test_arch_check_channel_names_the_build_the_solver_installs_for_a_gpu(channels, gpu, prefix):
+    from urllib.parse import urlparse
+
+    code, out, err = _cli("arch", "check", "--gpu", gpu, "--channel", urlparse(channels["guarded"]).path, "--json")
+    doc = json.loads(out)
+    assert code == 0, err
+    assert selection.build_prefix(doc["with_cuda_arch"]["build"]) == prefix
+    assert doc["with_cuda_arch"]["runs"] in ("native", "lower-minor")  # SASS, no JIT
+    assert selection.build_prefix(doc["without_cuda_arch"]["build"]).endswith("_all")  # the fat build
+    code, out, _ = _cli("arch", "check", "--gpu", gpu, "--channel", urlparse(channels["guarded"]).path)
+    assert code == 0 and f"mmcv 2.2.0 {prefix}_py" in out and "a conda without __cuda_arch" in out
+
+
+def test_arch_check_channel_refuses_a_directory_that_is_no_channel(tmp_path):
+    code, _, err = _cli("arch", "check", "--gpu", "RTX 4090", "--channel", str(tmp_path))
+    assert code == 2 and "not an indexed conda channel" in err
+
+
+def test_detect_prints_cuda_arch_and_the_pick_for_the_overridden_machine(channels):
+    """No GPU here: CONDA_OVERRIDE_CUDA / CONDA_OVERRIDE_CUDA_ARCH make the machine (CEP 46's overrides)."""
+    from urllib.parse import urlparse
+
+    env = {"CONDA_OVERRIDE_CUDA": "12.9", "CONDA_OVERRIDE_CUDA_ARCH": "9.0"}
+    _, out, err = _cli("detect", "--channel", urlparse(channels["guarded"]).path, "--json", env=env)
+    doc = json.loads(out)
+    assert doc["virtual_packages"] == {"__cuda": "12.9", "__cuda_arch": "9.0"}, err
+    assert selection.build_prefix(doc["solver"]["with_cuda_arch"]["build"]) == "cuda129_sm90"
+    _, out, _ = _cli("detect", env=env)
+    assert "__cuda_arch: 9.0 (the lowest compute capability of the GPUs, CEP 46)" in out and "pass --channel" in out
+    _, out, _ = _cli("detect", "--json", env={"CONDA_OVERRIDE_CUDA": "", "CONDA_OVERRIDE_CUDA_ARCH": "9.0"})
+    assert json.loads(out)["virtual_packages"] == {}  # no __cuda: no __cuda_arch either

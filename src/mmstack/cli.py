@@ -81,10 +81,14 @@ def arch_check(
     glibc: str | None = typer.Option(None, "--glibc", callback=_not_empty, help="With --package: the glibc of the system it is for (default: this machine's); a package needing a newer one fails."),
     cuda: str | None = typer.Option(None, "--cuda", callback=_not_empty, help="CUDA toolkit that builds it, e.g. 12.8 (with --arch-list)."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress line (megabytes read, for a package over 100 MB) on stderr."),
+    channel: list[str] | None = typer.Option(None, "--channel", help="Instead: which mmcv build of these channels (repeat it: ./channel, conda-forge) a solver installs for the GPU (its __cuda_arch; --cuda: the driver's CUDA)."),
     json: bool = JSON,
 ) -> None:
     """Will a build (an arch list, or a package's CUDA code) run on GPU? Exit 0 runs (warnings for JIT/lower minor), 1 not."""
-    from mmstack.commands.facts_cmds import run_arch_check
+    from mmstack.commands.facts_cmds import run_arch_channel, run_arch_check
+
+    if channel:
+        raise typer.Exit(run_arch_channel(gpu=gpu, cc=cc, channels=channel, cuda=cuda, as_json=json))
 
     raise typer.Exit(run_arch_check(gpu=gpu, cc=cc, arch_list=arch_list, package=package, cuda=cuda, as_json=json,
                                     glibc=glibc, quiet=quiet))
@@ -151,11 +155,14 @@ def doctor(json: bool = JSON) -> None:
 
 
 @app.command()
-def detect(json: bool = JSON) -> None:
-    """Local GPU(s), driver, and which environment to use."""
+def detect(
+    channel: list[str] | None = typer.Option(None, "--channel", help="Also: which mmcv build of these channels (repeat it) the solver installs here."),
+    json: bool = JSON,
+) -> None:
+    """Local GPU(s), driver, this machine's __cuda_arch, and which environment to use."""
     from mmstack.commands.doctor_cmds import run_detect
 
-    raise typer.Exit(run_detect(as_json=json))
+    raise typer.Exit(run_detect(as_json=json, channels=channel or []))
 
 
 @app.command()

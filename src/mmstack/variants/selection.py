@@ -11,9 +11,14 @@ is the real one, over real channels; nothing here ranks builds by itself.
 from __future__ import annotations
 
 import asyncio
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from mmstack.errors import BadInput, rattler_errors
+from mmstack.facts.arch import parse_arch
+from mmstack.facts.gpus import UNKNOWN_DRIVER, Facts, version_key
 
 # What a linux-64 machine declares besides CUDA (pixi.toml's rich platforms: glibc 2.28)
 GLIBC = "2.28"
@@ -80,3 +85,45 @@ def mask_hash(build: str) -> str:
     """`cuda129_sm89_py311_h1234567_400` -> `cuda129_sm89_py311_h*_400`: each channel hashes its own way."""
     head, sep, tail = build.rpartition("_h")
     return f"{head}_h*_{tail.split('_', 1)[1]}" if sep and "_" in tail else build
+
+
+def driver_cuda(facts: Facts, driver: str | None) -> str | None:
+    """`__cuda` for an NVIDIA driver version ('575.51.03'): the newest CUDA toolkit whose own driver
+    floor (gpus.toml [[cuda]] min_driver) it meets; None without a driver or a floor it meets."""
+    if not driver:
+        return None
+    key = version_key(driver)
+    known = [t for t in facts.cuda if t.min_driver != UNKNOWN_DRIVER and version_key(t.min_driver) <= key]
+    return max(known, key=lambda t: version_key(t.version)).version if known else None
+
+
+def machine_for(facts: Facts, gpus: list[dict], environ: Mapping[str, str] | None = None) -> Machine:
+    """CEP 46's virtual packages for the GPUs `mmstack detect` found: `__cuda` from the driver (or
+    CONDA_OVERRIDE_CUDA), `__cuda_arch` the lowest compute capability among them (or
+    CONDA_OVERRIDE_CUDA_ARCH); an empty override removes its package, `__cuda_arch` goes with `__cuda`."""
+    env = os.environ if environ is None else environ
+    if "CONDA_OVERRIDE_CUDA" in env:
+        cuda = env["CONDA_OVERRIDE_CUDA"].strip() or None
+    else:
+        cuda = driver_cuda(facts, next((g.get("driver") for g in gpus if g.get("driver")), None))
+    if "CONDA_OVERRIDE_CUDA_ARCH" in env:
+        arch = env["CONDA_OVERRIDE_CUDA_ARCH"].strip() or None
+    else:
+        ccs = [parse_arch(g["compute_capability"]).plain for g in gpus if g.get("compute_capability")]
+        arch = str(min(ccs)) if ccs else None
+    return Machine(cuda, arch if cuda else None)
+
+
+def channel_urls(channels: list[str]) -> list[str]:
+    """A local directory as its file:// URL (it must be a channel); a URL or a name as given."""
+    out = []
+    for c in channels:
+        if "://" in c or not (os.sep in c or c.startswith(".") or os.path.isdir(c)):
+            out.append(c)
+            continue
+        path = Path(c).expanduser().resolve()
+        if not (path / "noarch" / "repodata.json").is_file():
+            raise BadInput(f"{c} is not an indexed conda channel (no noarch/repodata.json)", source="--channel",
+                           fix=f"index it (`mmstack channel index {c}`) or pass a channel URL or name (conda-forge)")
+        out.append(path.as_uri())
+    return out
