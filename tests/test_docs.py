@@ -229,7 +229,7 @@ GPU = re.compile(r"\b(?:[ABHL]\d{2,3}S?|GB?\d{3}|RTX \d{4}|Jetson \w+)\b")
 RESULT_VERB = re.compile(r"\b(?:pass(?:es|ed)?|fail(?:s|ed)?|measured|took|faster|slower|bit for bit)\b", re.I)
 MEASURED = re.compile(r"\d(?:[\d,]*\.?\d*)\s*(?:s|ms|µs|min|minutes|seconds|%|x|×)(?![\w.])"
                       r"|\b\d+\s+(?:passed|failed|skipped|tests|steps)\b", re.I)
-RESULTS_LINK = re.compile(r"\((?:docs/(?:benchmarks|performance|verify)\.md|lab/results/[^)]+)\)|`lab/results/[^`]+`")
+RESULTS_LINK = re.compile(r"\((?:docs/(?:performance|verify)\.md|lab/results/[^)]+)\)|`lab/results/[^`]+`")
 
 
 def readme_result_problems(text: str) -> list[str]:
