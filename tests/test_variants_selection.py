@@ -222,3 +222,22 @@ def test_detect_prints_cuda_arch_and_the_pick_for_the_overridden_machine(channel
     assert "__cuda_arch: 9.0 (the lowest compute capability of the GPUs, CEP 46)" in out and "pass --channel" in out
     _, out, _ = _cli("detect", "--json", env={"CONDA_OVERRIDE_CUDA": "", "CONDA_OVERRIDE_CUDA_ARCH": "9.0"})
     assert json.loads(out)["virtual_packages"] == {}  # no __cuda: no __cuda_arch either
+
+
+# -- the per-platform rule `mmstack lock check` holds a multi-platform (gpu) environment to ------------
+
+def test_each_rich_platforms_solved_mmcv_passes_the_per_platform_arch_rule_and_a_wrong_one_fails(channels, rows):
+    """policy.platform_mmcv_problems over pixi.toml's platforms: the build the real solve takes for a
+    platform passes; another generation's build, or the fat build where `__cuda_arch` is declared, fails."""
+    from mmstack.envs import pixi_manifest, policy
+
+    specs = json.loads((DATA / "cases.json").read_text())["specs"]
+    for plat in pixi_manifest.load(ROOT / "pixi.toml").platforms:
+        vps = plat.virtual_packages
+        got = selection.solve([channels["guarded"]], specs, selection.Machine(vps.get("__cuda"), vps.get("__cuda_arch")))
+        assert policy.platform_mmcv_problems("gpu", plat, got.build or "", rows) == [], plat.name
+        if vps.get("__cuda_arch"):
+            for wrong in ("cuda129_sm120_py311_h0000000_700", "cuda129_all_py311_h0000000_100", "cpu_py311_h0000000_0"):
+                if not got.build.startswith(wrong.split("_py")[0]):
+                    (p,) = policy.platform_mmcv_problems("gpu", plat, wrong, rows)
+                    assert p.rule == "mmcv-platform-arch" and plat.name in p.message

@@ -652,3 +652,47 @@ class ChannelIndex:
 
     def sha256(self, url: str) -> str | None:
         return self._sha.get(url)
+
+
+# -- one environment over several platforms (pixi.toml's `gpu`): each platform's mmcv for its arch ----
+
+
+def platform_mmcv_problems(env: str, platform: pixi_manifest.Platform, mmcv_build: str,
+                           matrix: list[Variant]) -> list[Problem]:
+    """CEP 46 per platform: where the platform declares `__cuda_arch`, its locked mmcv must be the
+    per-generation build the matrix ranks first among those that arch reaches (the highest
+    cuda_arch_min at or below it, of a CUDA major the platform's `__cuda` takes), and the GPU must run
+    its SASS without JIT; with `__cuda` alone a fat build; without `__cuda` the CPU build."""
+    vps = platform.virtual_packages
+    cuda, arch = vps.get("__cuda"), vps.get("__cuda_arch")
+    prefix = mmcv_build.split("_py")[0]
+    label = f"{platform.name} (__cuda {cuda or '-'}, __cuda_arch {arch or '-'})"
+    relock = "mmstack lock"
+
+    def problem(message: str, fix: str) -> list[Problem]:
+        return [Problem(env, "mmcv", "mmcv-platform-arch", f"{label}: {message}", fix)]
+
+    if cuda is None:
+        if prefix != "cpu":
+            return problem(f"mmcv {mmcv_build} is a CUDA build on a platform without __cuda", f"{relock} (the CPU build)")
+        return []
+    majors = [v for v in matrix if v.cuda and int(v.cuda.split(".")[0]) <= int(cuda.split(".")[0])]
+    if arch is None:
+        if prefix not in {v.build_string_prefix for v in majors if v.arch_tag == FAT_TAG}:
+            return problem(f"mmcv {mmcv_build} is not a fat build, and the platform declares no __cuda_arch "
+                           "(its per-generation builds need it)", f"{relock} (the fat build)")
+        return []
+    gpu = archmod.parse_arch(arch)
+    reach = [v for v in majors if v.arch_min and archmod.parse_arch(v.arch_min) <= gpu and v.priority is not None]
+    if not reach:
+        return problem(f"no per-generation build of the matrix reaches __cuda_arch {arch}",
+                       "add a conda_build_config.yaml row for it, or declare the platform's arch the matrix serves")
+    best = max(reach, key=lambda v: v.priority or 0)
+    if prefix != best.build_string_prefix:
+        return problem(f"mmcv {mmcv_build}: the solver's choice for __cuda_arch {arch} is {best.build_string_prefix} "
+                       "(the highest mmcv_priority it reaches)", f"{relock}; check the channel holds {best.build_string_prefix}")
+    cov = archmod.coverage(gpu, tuple(t for t in best.targets if t.kind == "sass"))
+    if cov.coverage not in (archmod.Coverage.NATIVE, archmod.Coverage.LOWER_MINOR):
+        return problem(f"{best.build_string_prefix} holds no SASS compute capability {arch} runs ({best.arch_list})",
+                       "add a per-generation row for this arch to conda_build_config.yaml")
+    return []
