@@ -141,7 +141,34 @@ def render(data: dict) -> str:
         span = f"{tk.sass[0]}..{tk.sass[-1]}" + (f" (+{', '.join(tk.arch_specific)})" if tk.arch_specific else "")
         out.append(f"| {tk.version} | {span} | {', '.join(c.added) or '-'} | {', '.join(c.dropped) or '-'} |"
                    f" {', '.join(c.deprecated) or '-'} | {tk.min_driver} | {tk.max_gcc} |")
+    out += ["", "## Family-specific ('f') targets per toolkit", "",
+            "`sm_XYf` SASS and `compute_XYf` PTX run on the members of the toolkit's family at minor >= Y and nowhere",
+            "else (`[[cuda]] families` in src/mmstack/data/gpus.toml, equal to what each toolkit's ptxas compiles",
+            "`.target sm_XYf` PTX for: tests/data/facts/ptxas-matrix.json). CUDA 12.9's 10.1 is Jetson Thor on the",
+            "Tegra driver, a family of its own; CUDA 13.0 renumbered it 11.0. Plain SASS runs on the same major at a",
+            "higher minor on the desktop only (not on Tegra: 5.3, 6.2, 7.2, 8.7, 10.1); 'a' targets on exactly their",
+            "compute capability.", "",
+            "| CUDA | target | runs on | same major, does not run on |", "|---|---|---|---|"]
+    ordered = sorted(facts.cuda, key=lambda t: t.key)
+    targets = sorted({a for tk in ordered for a in tk.arch_specific if a.endswith("f")}, key=lambda a: parse_arch(a[:-1]))
+    for f in targets:
+        cc = f[:-1]
+        spans: list[list] = []  # [first, last, members, others], consecutive toolkits with one answer
+        for i, tk in enumerate(ordered):
+            if f not in tk.arch_specific:
+                continue
+            members = ", ".join(sorted(facts.family(cc, tk.version), key=lambda a: parse_arch(a)))
+            others = ", ".join(sorted((a for a in tk.sass if a.split(".")[0] == cc.split(".")[0]
+                                       and a not in facts.family(cc, tk.version)), key=lambda a: parse_arch(a))) or "-"
+            if spans and spans[-1][2:] == [members, others] and spans[-1][1] is ordered[i - 1]:
+                spans[-1][1] = tk
+            else:
+                spans.append([tk, tk, members, others])
+        for first, last, members, others in spans:
+            span = first.version if first is last else f"{first.version}..{last.version}"
+            out.append(f"| {span} | {f} | {members} | {others} |")
     return "\n".join(out) + "\n"
+
 
 
 def main(argv: list[str] | None = None) -> int:
