@@ -354,3 +354,17 @@ def test_an_empty_environment_satisfies_a_manifest_that_asks_for_nothing():
     d = PIXI_FIXTURES / "empty-environments" / "introduction-init"
     m = pixi_manifest.load(d / "pixi.toml")
     assert policy.pixi_lock_problems(m, lockfile.read_pixi_lock(d / "pixi.lock", m.platforms)) == []
+
+
+def test_a_multi_platform_v6_lock_meets_glibc_with_the_subdirs_defaults():
+    """A v4-v6 lock records no virtual packages per platform; pixi assumes the subdir's defaults
+    (`__glibc=2.28` on linux-64). pixi's own docs example locks python for three platforms: every
+    linux record's `__glibc >=2.17` is met, so no line about __glibc (there were 10 here)."""
+    d = PIXI_FIXTURES / "multi-platform" / "deps-add"
+    m = pixi_manifest.load(d / "pixi.toml")
+    locked = lockfile.read_pixi_lock(d / "pixi.lock", m.platforms)
+    env = locked["default"]
+    assert (env.platform, env.virtual_packages) == ("linux-64", ())
+    assert [o[0] for o in env.other_platforms] == ["osx-arm64", "win-64"]
+    assert sum("__glibc" in dep for p in env.packages for dep in p.depends) >= 10
+    assert policy.pixi_lock_problems(m, locked) == []

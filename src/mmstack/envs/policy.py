@@ -253,7 +253,7 @@ def lock_problems(*, env: EnvSpec, locked: LockedEnv, facts: Facts, matrix: list
             if stored_digests.get(key) != value:
                 out.append(Problem(name, "-", "stale-lock",
                                    f"{_DIGEST_FILES[key]} changed for this environment since it was locked", relock))
-    plat = env.platforms[0] if len(env.platforms) == 1 else None
+    plat = _locked_platform(env, locked)
     out += _platform_definition(env, locked, relock)
 
     # Complete and minimal, as pixi's satisfiability check walks it: every requested spec and every
@@ -355,7 +355,7 @@ def pixi_lock_problems(manifest: Manifest, locked: dict[str, LockedEnv]) -> list
             out.append(Problem(name, "-", "missing-lock", f"{name} is not in pixi.lock", relock))
             continue
         lk = locked[name]
-        plat = env.platforms[0] if len(env.platforms) == 1 else None
+        plat = _locked_platform(env, lk)
         out += pixi_env_problems(env, lk, manifest.pixi_lock_channels())
         out += _platform_definition(env, lk, relock)
         out += _duplicates(lk, relock)
@@ -443,12 +443,23 @@ def _matches(ms, pkg) -> bool:
     return False
 
 
+def _locked_platform(env: EnvSpec, locked: LockedEnv):
+    """The manifest platform the environment was read for: its only one, else the one of the
+    locked platform's name (a multi-platform environment, read for its first platform); None if
+    none matches."""
+    if len(env.platforms) == 1:
+        return env.platforms[0]
+    return next((p for p in env.platforms if p.name == locked.platform), None)
+
+
 def _closure(locked: LockedEnv, plat, relock: str) -> list[Problem]:
     """Every `depends` of every record is met by another record or by a declared virtual package."""
     from rattler import MatchSpec, Version, VersionSpec
     from rattler.exceptions import InvalidMatchSpecError
 
-    vps = dict(plat.virtual_packages) if plat else {}
+    # The platform's virtual packages: the manifest's, else (a multi-platform environment, whose
+    # v4-v6 lock records none) pixi's defaults for the locked subdir, as pixi assumes them.
+    vps = dict(plat.virtual_packages) if plat else {n: v for n, v, _ in pixi_manifest.subdir_defaults(locked.subdir)}
     for s in locked.virtual_packages:
         n, _, v = s.partition("=")
         if n == "__archspec":  # pixi writes `__archspec=0=x86_64`: the microarch, not a version floor
