@@ -271,3 +271,11 @@ def test_detect_tells_an_arm_hosted_gpu_no_environment():
     assert row["environment"] is None and row["command"] is None and "linux-aarch64" in row["reason"]
     (row,) = assign_envs([{"name": "NVIDIA H100 80GB HBM3", "compute_capability": "9.0"}], load())
     assert row["environment"] == "h100"
+
+
+def test_gpus_says_a_tegra_gpu_has_no_binary_compatibility():
+    code, out, _ = mmstack("gpus", "Jetson AGX Orin", "--json")
+    row = json.loads(out)
+    assert code == 0 and row["binary_compatibility"].startswith("Tegra: only sm_87")
+    code, out, _ = mmstack("gpus", "RTX 3060", "--json")
+    assert json.loads(out)["binary_compatibility"].startswith("desktop")

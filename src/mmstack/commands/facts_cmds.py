@@ -73,6 +73,8 @@ def run_gpus(*, name: str | None, as_json: bool, arch: str | None = None, env: s
             **row,
             "aliases": list(gpu.aliases),
             "sm": archmod.parse_arch(cc).sm,
+            "binary_compatibility": (f"Tegra: only {archmod.parse_arch(cc).sm} SASS runs (or PTX)" if cc in facts.tegra
+                                     else f"desktop: SASS of {cc.split('.')[0]}.x at or below {cc} runs"),
             "cuda_versions": [t.version for t in sorted(facts.toolkits_for(cc), key=lambda t: t.key)],
             "env_cuda": gen.cuda if gen else None,
             "min_driver_for_env_cuda": facts.toolkit(gen.cuda).driver if gen else None,
