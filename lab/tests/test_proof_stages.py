@@ -93,3 +93,18 @@ def test_unknown_stage_on_the_command_line_is_one_line_exit_2(tmp_path):
                            str(tmp_path / "res"), "--work", str(tmp_path / "w")], capture_output=True, text=True)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [proc.stderr.strip()] and "unknown stage(s) sm91" in proc.stderr
+
+
+def test_gpu_time_adds_up_the_runs_own_timed_files():
+    """recipe-run9 built and tested on the H200: the GPU machine's seconds are its timed.py files' sum."""
+    import json
+
+    from mmstack_lab.paths import RESULTS
+    from mmstack_lab.proof import gpu_time
+
+    run = RESULTS / "h200" / "recipe-run9"
+    doc = gpu_time.before(run)
+    walls = [json.loads((run / f).read_text())["wall_s"] for f in
+             ("standin_time.json", "build_time_noarch.json", "build_time_sm90.json", "build_time_mmdet.json")]
+    assert doc["total_s"] == round(sum(walls), 1)
+    assert doc["seconds"]["build+test mmengine"] is None  # not in that run: null, never a guess

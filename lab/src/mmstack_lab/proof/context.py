@@ -96,13 +96,14 @@ class Run:
         self.hand_back()
 
     def sh(self, name: str, cmd: list[str], *, env: dict[str, str] | None = None, timeout: float | None = None,
-           timed: bool = False) -> int:
+           timed: str | None = None) -> int:
         """Run `cmd`, stdout to RES/<name>.json (or .out), stderr to RES/<name>.err; its exit code.
 
-        `timed`: through the lab's timed.py (wall, CPU, peak RSS into RES/<name>_time.json)."""
+        `timed`: through the lab's timed.py, wall, CPU and peak RSS into RES/<timed>.json (the names
+        gpu_proof_summary reads: standin_time, build_time_<tag>, test_time_<tag>, verify_time_<tag>)."""
         if timed:
             cmd = [self.py, str(self.root / "lab/src/mmstack_lab/common/timed.py"), "--json",
-                   str(self.res / f"{name}_time.json"), "--", *cmd]
+                   str(self.res / f"{timed}.json"), "--", *cmd]
         out = self.res / (f"{name}.json" if "--json" in cmd else f"{name}.out")
         try:
             with open(out, "w") as o, open(self.res / f"{name}.err", "w") as e:

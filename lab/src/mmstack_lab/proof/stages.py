@@ -42,7 +42,7 @@ def _standin(r: Run) -> int:
     cmd = [r.py, "-m", "support.bootstrap_cuda", str(r.standin), "--wheels", str(r.carry / "wheels"),
            "--json", str(r.res / "standin.json")]
     env = {**r.mm_env(), "PYTHONPATH": f"{r.site}:{r.root / 'tests'}"}
-    rc = r.sh("standin_log", cmd, env=env, timed=True)
+    rc = r.sh("standin_log", cmd, env=env, timed="standin_time")
     if rc == 0:
         rc = _offline_recipes(r)
     return rc
@@ -92,7 +92,7 @@ def _build(r: Run, tag: str, recipe: Path, *extra: str, test: bool | None = None
     args = ["build", "--root", str(r.root), "--source-channel", str(r.standin), "--channel", str(r.channel),
             "--recipe", str(recipe), "--log", str(r.res / f"rattler-build-{tag}.log"), "--json",
             *r.variant(), *extra, *([] if test else ["--no-test"])]
-    rc = r.sh(f"build_{tag}", r.mm(*args), env=r.mm_env(), timed=True)
+    rc = r.sh(f"build_{tag}", r.mm(*args), env=r.mm_env(), timed=f"build_time_{tag}")
     r.status(f"{tag} build rc={rc}{'' if test else ' (--no-test: the GPU machine runs the tests)'}")
     return rc
 
@@ -132,7 +132,7 @@ def _ptx_tag(r: Run) -> str:
 STAGES_BUILD = (
     Stage("standin", "both", "the conda-forge stand-in channel from this machine's CPython, torch and CUDA "
           "toolkit (every package says STAND-IN), and offline copies of the recipes", _standin,
-          outputs=("standin.json", "standin_log_time.json")),
+          outputs=("standin.json", "standin_time.json")),
     Stage("noarch", "cpu", "recipes/mmstack (noarch), with its tests (CPU-only)",
           lambda r: _build(r, "noarch", r.root / "recipes" / "mmstack", *_noarch_min(r), test=True),
           needs=("standin",), outputs=("build_noarch.json",)),
@@ -178,7 +178,7 @@ def _test(r: Run) -> int:
         tag = pkg.name.split("-")[0] + ("_" + pkg.name.split("-")[2].split("_py")[0] if pkg.name.startswith("mmcv-") else "")
         rc = r.sh(f"test_{tag}", r.mm("test", str(pkg), "--channel", str(r.channel), "--source-channel", str(r.standin),
                                       "--log", str(r.res / f"rattler-test-{tag}.log"), "--json"),
-                  env=r.mm_env(), timed=True)
+                  env=r.mm_env(), timed=f"test_time_{tag}")
         r.status(f"test {pkg.name} rc={rc}")
         rc_all = rc_all or rc
     return rc_all
@@ -199,7 +199,7 @@ def _verify_prefix(r: Run, tag: str, *specs: str) -> int:
         return 1
     env = r.prefix_env(prefix)
     rc = r.sh(f"verify_installed_{tag}", [mm, "verify", "--expect-gpu", "--levels", "L1,L2,L3,L4,L5",
-                                          "--model", "faster-rcnn,faster-rcnn-mdconv", "--json"], env=env, timed=True)
+                                          "--model", "faster-rcnn,faster-rcnn-mdconv", "--json"], env=env, timed=f"verify_time_{tag}")
     rc = r.sh(f"l4complete_{tag}", [mm, "verify", "--expect-gpu", "--levels", "L1,L2,L3,L4", "--l4", "complete",
                                     "--json"], env=env) or rc
     r.sh(f"doctor_{tag}", [mm, "doctor", "--json"], env=env)
@@ -292,7 +292,7 @@ STAGES_GPU = (
           needs=("standin",), outputs=("seed.out",)),
     Stage("test", "gpu", "each package's whole test section on the GPU (`mmstack test`: ladder, upstream's tests, "
           "fatbin; mmdet's detector training on the mmcv)", _test, needs=("seed",),
-          outputs=("test_*.json", "test_*_time.json")),
+          outputs=("test_*.json", "test_time_*.json")),
     Stage("install90", "gpu", "the sm_90 mmcv, mmdet and mmstack into a fresh prefix; verify L1-L5 with both "
           "detectors, L4 complete, doctor, fatbin", lambda r: _verify_prefix(r, "sm90", *SM90_SPECS, f"python {r.facts['python']}.*"),
           needs=("seed",), outputs=("verify_installed_sm90.json", "l4complete_sm90.json", "fatbin_sm90.json")),

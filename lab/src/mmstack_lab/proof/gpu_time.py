@@ -1,0 +1,78 @@
+"""GPU-machine seconds per tested package: built and tested there, against built elsewhere and tested there.
+
+    python -m mmstack_lab.proof.gpu_time --before lab/results/h200/recipe-run9 \\
+        --cpu lab/results/cpu-dev/proof-cpu-build1 [--after lab/results/h200/<a test-only run>] --json
+
+Reads only the timed.py files the proof writes (standin_time.json, build_time_<tag>.json,
+test_time_<tag>.json) and adds them up per stage kind: what the GPU machine spent to put one sm_90
+mmcv (with mmstack's and mmdet's packages) through its test section. `before`: the stand-in channel
+and the builds with their tests, all on the GPU machine. `after`: the stand-in channel and
+`mmstack test` of each carried package (the compile moved to the CPU machine, whose build times
+`cpu` reports). A run missing a file gives null for it, never a guess.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+PACKAGES = ("noarch", "mmengine", "sm90", "mmdet")
+
+
+def _wall(path: Path) -> float | None:
+    try:
+        return float(json.loads(path.read_text())["wall_s"])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def _total(parts: dict[str, float | None]) -> float | None:
+    vals = [v for v in parts.values() if v is not None]
+    return round(sum(vals), 1) if vals else None
+
+
+def before(run: Path) -> dict:
+    """The GPU machine built (with the tests) and tested everything itself."""
+    parts = {"standin": _wall(run / "standin_time.json")}
+    parts |= {f"build+test {t}": _wall(run / f"build_time_{t}.json") for t in PACKAGES}
+    return {"run": run.name, "seconds": parts, "total_s": _total(parts)}
+
+
+def after(run: Path) -> dict:
+    """The GPU machine assembled its stand-in channel and tested the carried packages."""
+    parts = {"standin": _wall(run / "standin_time.json")}
+    for f in sorted(run.glob("test_time_*.json")):
+        parts[f"test {f.stem.removeprefix('test_time_')}"] = _wall(f)
+    return {"run": run.name, "seconds": parts, "total_s": _total(parts)}
+
+
+def cpu(run: Path) -> dict:
+    """The CPU machine's side: its stand-in channel and the builds (tests skipped)."""
+    parts = {"standin": _wall(run / "standin_time.json")}
+    parts |= {f"build {t}": _wall(run / f"build_time_{t}.json") for t in PACKAGES}
+    machine = (run / "machine.txt").read_text().splitlines() if (run / "machine.txt").is_file() else []
+    cores = next((ln.split(":")[1].strip() for ln in machine if ln.startswith("cores:")), None)
+    return {"run": run.name, "cores": int(cores) if cores else None, "seconds": parts, "total_s": _total(parts)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--before", type=Path, required=True, help="a run that built and tested on the GPU machine")
+    ap.add_argument("--after", type=Path, help="a run that only tested carried packages there")
+    ap.add_argument("--cpu", type=Path, help="the CPU machine's build run")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    doc = {"what": "GPU-machine wall seconds to put one sm_90 mmcv (and mmstack, mmengine, mmdet) through "
+                   "its test section; sums of the runs' timed.py files",
+           "before": before(args.before), "after": after(args.after) if args.after else None,
+           "cpu_machine": cpu(args.cpu) if args.cpu else None}
+    if doc["after"] and doc["before"]["total_s"] and doc["after"]["total_s"]:
+        doc["after_over_before"] = round(doc["after"]["total_s"] / doc["before"]["total_s"], 2)
+    print(json.dumps(doc, indent=1) if args.json else
+          "\n".join(f"{k}: {v['total_s']} s {v['seconds']}" for k, v in doc.items() if isinstance(v, dict)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
