@@ -97,7 +97,7 @@ def test_cuda_rows_pin_cuda_and_a_cuda_pytorch(rendered, tag, cuda, stdlib):
     assert "libcurand-dev" not in req["host"]  # mmcv 2.2.0 includes no curand header
     assert "pytorch" in req["host"] and "pytorch * cuda*" in req["host"]
     assert req["run_constraints"] == ["pytorch * cuda*"]
-    assert "__cuda" in req["run"]
+    assert f"__cuda >={cuda.split('.')[0]}" in req["run"]  # cuda-version's floor, as a dependency
     assert sorted(req["ignore_run_exports"]["from_package"]) == sorted(CUDA_HEADERS)
 
 
@@ -107,7 +107,7 @@ def test_cep46_the_per_generation_row_pins_cuda_arch_and_needs_cuda_arch(rendere
     `__cuda_arch` itself in run, so a conda without the virtual package takes the fat build."""
     sm89 = rendered["sm89"]["requirements"]
     assert "cuda-arch ==8.9" in sm89["host"]
-    assert "__cuda_arch" in sm89["run"]
+    assert "__cuda_arch >=8.9" in sm89["run"]
     for tag in ("cpu", "all"):
         req = rendered[tag]["requirements"]
         assert not [s for s in req["host"] + req["run"] if "cuda-arch" in s or "__cuda_arch" in s], tag

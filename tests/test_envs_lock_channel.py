@@ -77,20 +77,23 @@ def test_each_generation_gets_its_own_mmcv_build(locked_repo, matrix):
         assert env.vp("__cuda") == gen.cuda and env.vp("__cuda_arch") == gen.compute_capability
 
 
-def test_a_newer_generations_mmcv_is_refused_by_the_solver_itself(channel):
-    """CEP 46: the sm86 build needs `cuda-arch >=8.6` (and `__cuda_arch`); the A100's `__cuda_arch`
-    8.0 reaches no such cuda-arch, so the solve fails before the policy could flag it."""
+@pytest.mark.parametrize("env, wrong, named", [("a100", "cuda129_sm86_*", "__cuda_arch >=8.6"),
+                                               ("h100", "cpu_*", "mmcv 2.2.0.* cpu_* cannot be installed")])
+def test_an_mmcv_the_machine_cannot_take_is_refused_by_the_solver_itself(channel, env, wrong, named):
+    """recipes/mmcv's own requirements: the sm86 build needs `__cuda_arch >=8.6` (CEP 46; the A100
+    declares 8.0), the CPU build constrains pytorch to a CPU build (the environment pins a CUDA one):
+    the solve fails, naming it, before the policy could flag the lock."""
     from mmstack.errors import CheckFailed
 
     facts = load_facts()
-    spec = load_manifest(REPO / "pixi.toml").envs["a100"]
-    specs = tuple(s if s.name != "mmcv" else type(s)("mmcv", "2.2.0.*", "cuda129_sm86_*", None, s.feature) for s in spec.specs)
+    spec = load_manifest(REPO / "pixi.toml").envs[env]
+    specs = tuple(s if s.name != "mmcv" else type(s)("mmcv", "2.2.0.*", wrong, None, s.feature) for s in spec.specs)
     with pytest.raises(CheckFailed) as exc:
         solve_env(type(spec)(spec.name, spec.features, specs, spec.pypi, spec.platforms, spec.channels), facts, [channel])
-    assert "a100: cannot solve" in exc.value.message and "__cuda_arch 8.0" in exc.value.message
+    assert f"{env}: cannot solve" in exc.value.message and named in exc.value.message
 
 
-@pytest.mark.parametrize("env, wrong", [("rtx5090", "cuda129_sm90_*"), ("h100", "cpu_*")])
+@pytest.mark.parametrize("env, wrong", [("rtx5090", "cuda129_sm90_*")])
 def test_an_mmcv_that_cannot_run_on_the_gpu_is_flagged(locked_repo, channel, matrix, env, wrong):
     """Solve an environment with another generation's mmcv pinned: the policy names the mismatch."""
     facts = load_facts()

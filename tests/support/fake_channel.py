@@ -10,9 +10,9 @@ Real .conda packages (made by py-rattler-build's `assemble_package`, empty of fi
 - cuda-arch, one per version of conda-forge's metapackage (STAND-IN, built like conda-forge's recipe:
   noarch generic, `constrains: __cuda_arch <version>.*`; tests/data/solver_selection/cuda-arch-versions.toml);
 - one mmcv 2.2.0 per variant of a conda_build_config.yaml matrix, with the matrix's build strings
-  (`cuda129_sm89_py311_h…_400`, `cuda129_all_py311_h…_100`, `cpu_py311_h…_0`), `__cuda` and
+  (`cuda129_sm89_py311_h…_400`, `cuda129_all_py311_h…_100`, `cpu_py311_h…_0`), `__cuda >=<major>` and
   cuda-version in its run requirements for CUDA builds, pinned to the matrix's pytorch; a
-  per-generation build also `cuda-arch >=<cuda_arch_min>` (cuda-arch's run-export) and `__cuda_arch`,
+  per-generation build also `cuda-arch >=<cuda_arch_min>` (cuda-arch's run-export) and `__cuda_arch >=<cuda_arch_min>`,
   its build number the matrix's (100 x mmcv_priority), as recipes/mmcv renders them;
 - python, mmstack and the tooling (typer, rich, pydantic, pyelftools, py-rattler,
   py-rattler-build, ruamel.yaml, pytest, ruff, matplotlib-base) so the repository's pixi.toml solves whole.
@@ -80,14 +80,14 @@ def cuda_arch_packages() -> list[Pkg]:
 
 def mmcv_depends(v, *, cuda_arch_guard: bool = True) -> tuple[str, ...]:
     """One mmcv build's run requirements as recipes/mmcv renders them (plus the run-exports that
-    matter to a solve: cuda-version's, cuda-arch's). `cuda_arch_guard=False` leaves `__cuda_arch`
-    out: CEP 46's recipe pattern alone, which a conda without `__cuda_arch` does not hold back."""
+    matter to a solve: cuda-version's, cuda-arch's). `cuda_arch_guard=False` leaves the dependency on
+    `__cuda_arch` out: CEP 46's recipe pattern alone, which a solver without `__cuda_arch` does not hold back."""
     torch = f"pytorch >={v.pytorch},<{v.pytorch}.999"
     if v.cuda is None:
         return (_py(v.python), torch, "numpy")
-    deps = (_py(v.python), torch, "__cuda", _cuda_range(v.cuda), "numpy")
+    deps = (_py(v.python), torch, f"__cuda >={v.cuda.split('.')[0]}", _cuda_range(v.cuda), "numpy")
     if v.arch_min:
-        deps += (f"cuda-arch >={v.arch_min}",) + (("__cuda_arch",) if cuda_arch_guard else ())
+        deps += (f"cuda-arch >={v.arch_min}",) + ((f"__cuda_arch >={v.arch_min}",) if cuda_arch_guard else ())
     return deps
 
 
@@ -120,8 +120,10 @@ def standard_packages(matrix, *, pythons=("3.11", "3.12"), cuda_versions=("12.8"
             continue
         tag = v.python.replace(".", "")
         # recipes/mmcv: the build number is the matrix's (cpu 0 < fat 100 < per-generation by arch)
+        # recipes/mmcv's run constraint: a CUDA mmcv with a CUDA pytorch, the CPU one with a CPU pytorch
         pkgs.append(Pkg("mmcv", "2.2.0", f"{v.build_string_prefix}_py{tag}",
-                        depends=mmcv_depends(v, cuda_arch_guard=cuda_arch_guard), build_number=v.build_number))
+                        depends=mmcv_depends(v, cuda_arch_guard=cuda_arch_guard), build_number=v.build_number,
+                        constrains=(f"pytorch * {'cpu' if v.cuda is None else 'cuda'}*",)))
     # recipes/mmdet's build (patched for mmcv 2.2) and conda-forge's unpatched one, which the
     # `mmcv22_*` build pin must keep out.
     pkgs.append(Pkg("mmdet", "3.3.0", "mmcv22_pyh", subdir="noarch", noarch="python",

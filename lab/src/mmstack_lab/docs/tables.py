@@ -987,8 +987,9 @@ def _solver_answer(answer: dict | None) -> str:
     if answer is None:
         return MISSING
     if "unsatisfiable" in answer:
-        text = answer["unsatisfiable"]
-        named = [vp for vp in ("__cuda 11.8", "__cuda >=12", "__cuda_arch") if vp in text]
+        import re
+
+        named = sorted(set(re.findall(r"__cuda_arch|__cuda(?!_)", answer["unsatisfiable"])))
         return "unsatisfiable" + (f" (names {', '.join(f'`{n}`' for n in named)})" if named else "")
     return f"`{answer['build']}`"
 
@@ -1002,7 +1003,8 @@ def _solver_selection(docs) -> tuple[list[str], list[list[object]]]:
     for case in cases["cases"]:
         machine = ", ".join(f"`{n} {v}`" for n, v in (("__cuda", case["cuda"]), ("__cuda_arch", case["cuda_arch"])) if v) or "neither"
         specs = " ".join(case.get("specs") or [*cases["specs"], *case.get("extra_specs", [])])
-        channel = "without the `__cuda_arch` requirement" if case.get("channel") == "unguarded" else "as recipes/mmcv builds it"
+        channel = ("a probe: no mmcv asked for" if "specs" in case else
+                   "without the `__cuda_arch` dependency" if case.get("channel") == "unguarded" else "as recipes/mmcv builds them")
         plat = platforms.get((case["cuda"], case["cuda_arch"])) if "channel" not in case and "specs" not in case else None
         pixi_cell = f"`{plat['platform']}`: {_solver_answer(plat)}" if plat else MISSING
         body.append([machine, f"`{specs}`", channel, _solver_answer(by["rattler"].get(case["id"])),
