@@ -18,6 +18,7 @@ import shutil
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
+from mmstack.builder.receipt import path_for as receipt_path
 from mmstack.errors import BadInput, BuildFailed, rattler_errors
 
 SUBDIRS = ("linux-64", "noarch")  # what mmstack builds; other subdirs are indexed if present
@@ -90,6 +91,7 @@ def add_packages(channel: str | os.PathLike[str], packages: Iterable[str | os.Pa
             raise
         for tmp, dest in staged:
             os.replace(tmp, dest)
+            receipt_path(dest).unlink(missing_ok=True)  # it was the replaced file's evidence, not this one's
         _index_locked(root, replaced=[dest.name for _, dest in staged])
     return [dest for _, dest in staged]
 

@@ -64,16 +64,25 @@ def run_build_cmd(*, root: Path, channel: Path, env: str | None, build_all: bool
     watch = None if quiet else progressmod.for_stderr(report.err_console(), report.info, tty=report.err_console().is_terminal)
     if watch:
         watch.run_ticker()
+    built = []
+    receipts = Receipts("mmstack build")
     try:
-        built = run_stack_build(root=root, channel_dir=channel, env=ALL if build_all else env,
-                                recipes=names, extra_channels=sources, test=test, progress=report.info,
-                                overrides=overrides or None, keep_build=keep_build, work_dir=work_dir, log_file=log,
-                                watch=watch)
+        for name in names:  # one recipe at a time: each landed recipe gets its receipts even if a later one fails
+            landed = run_stack_build(root=root, channel_dir=channel, env=ALL if build_all else env,
+                                     recipes=(name,), extra_channels=sources, test=test, progress=report.info,
+                                     overrides=overrides or None, keep_build=keep_build, work_dir=work_dir,
+                                     log_file=log, watch=watch)
+            if test:  # a package lands only when its test section passed
+                for b in landed:
+                    receipts.write(b.path, name=b.name, version=b.version, build_string=b.build_string,
+                                   subdir=b.path.parent.name, test_results=b.test_results, passed=None, seconds=b.seconds)
+            built += landed
     finally:
         if watch:
             watch.close()
     if as_json:
-        report.print_json({"channel": str(channel.resolve()), "packages": [b.as_dict() for b in built]})
+        report.print_json({"channel": str(channel.resolve()),
+                           "packages": [{**b.as_dict(), "receipt": receipts.written.get(b.path)} for b in built]})
         return 0
     rows = [(b.name, b.version, b.build_string, b.variant.get("arch_tag", ""), f"{b.seconds:.0f}s", b.path.name)
             for b in built]
@@ -107,16 +116,21 @@ def run_test_cmd(*, packages: list[Path], channel: Path, extra_channels: list[st
     if watch:
         watch.run_ticker()
     tested = []
+    receipts = Receipts("mmstack test")
     try:
         for path in packages:
-            tested.append(run_package_tests(path, channels=channels, progress=report.info, log_file=log, watch=watch))
+            t = run_package_tests(path, channels=channels, progress=report.info, log_file=log, watch=watch)
+            if t.ok:
+                receipts.write(t.path, name=t.name, version=t.version, build_string=t.build_string, subdir=t.subdir,
+                               test_results=t.test_results, passed=len(t.passed), seconds=t.seconds)
+            tested.append(t)
     finally:
         if watch:
             watch.close()
     ok = all(t.ok for t in tested)
     if as_json:
         report.print_json({"passed": ok, "channels": [str(c) for c in channels],
-                           "packages": [t.as_dict() for t in tested]})
+                           "packages": [{**t.as_dict(), "receipt": receipts.written.get(t.path)} for t in tested]})
         return 0 if ok else 1
     rows = [(t.name, t.version, t.build_string, f"{sum(t.passed)}/{len(t.passed)}", f"{t.seconds:.0f}s",
              "PASS" if t.ok else "FAIL") for t in tested]
@@ -127,6 +141,35 @@ def run_test_cmd(*, packages: list[Path], channel: Path, extra_channels: list[st
         if not t.ok:
             report.info(f"{t.name} {t.build_string}: FAILED: {t.failure}" + (f" (full output: {t.log_file})" if t.log_file else ""))
     return 0 if ok else 1
+
+
+class Receipts:
+    """Writes the test receipt beside each package whose test section passed (builder/receipt.py);
+    the machine is detected once, at the first receipt."""
+
+    def __init__(self, via: str):
+        self.via = via
+        self.written: dict[Path, str] = {}  # package path -> receipt file name
+        self._machine: dict | None = None
+
+    def machine(self) -> dict:
+        if self._machine is None:
+            from mmstack.builder import receipt
+            from mmstack.verify.doctor import detect_gpus
+
+            gpus, source, _ = detect_gpus()
+            self._machine = receipt.machine(gpus, source=source)
+        return self._machine
+
+    def write(self, package: Path, *, name: str, version: str, build_string: str, subdir: str,
+              test_results, passed: int | None, seconds: float) -> None:
+        from mmstack.builder import receipt
+
+        doc = receipt.make(package, name=name, version=version, build_string=build_string, subdir=subdir,
+                           test_results=test_results, machine_part=self.machine(), tests_passed=passed,
+                           seconds=seconds, via=self.via)
+        self.written[package] = receipt.write(package, doc).name
+        report.info(f"receipt: {self.written[package]} ({doc['machine']['summary']})")
 
 
 def install_hint(channel: Path, names: list[str]) -> str:
@@ -175,4 +218,43 @@ def run_channel_index(*, path: Path, as_json: bool, quiet: bool = False) -> int:
         report.print_json({"channel": str(channel), "subdirs": counts})
     else:
         report.print_table(["subdir", "packages"], sorted(counts.items()), title=f"indexed {channel}")
+    return 0
+
+
+def run_channel_page(*, path: Path, out: Path | None, source_channels: list[str] | None, solve: bool,
+                     as_json: bool, quiet: bool = False) -> int:
+    """Write the channel's page (builder/page.py); solves go to `source_channels` (default conda-forge)
+    for mmcv's dependencies unless `solve` is off."""
+    from mmstack.builder import page
+    from mmstack.facts.gpus import load as load_facts
+
+    channel = path.expanduser().resolve()
+    if not (channel / "noarch" / "repodata.json").is_file():
+        raise BadInput(f"{path} is not an indexed conda channel (no noarch/repodata.json)", source=str(path),
+                       fix=f"index it first: mmstack channel index {path}")
+    if out is not None and not out.parent.is_dir():
+        raise BadInput(f"--out {out}: its directory does not exist", source="--out", fix="create it or pick another path")
+    sources = list(source_channels or DEFAULT_CHANNELS) if solve else None
+    if sources:
+        require_reachable(tuple(sources), option="--source-channel")
+    watch = steps_on_stderr("channel page", quiet=quiet)
+
+    def on_progress(label: str, done: int, total: int) -> None:
+        if watch:
+            watch.count(label, done, total, "packages" if label.startswith("reading") else "GPUs")
+
+    try:
+        data = page.page_data(channel, load_facts(), solve_channels=sources, on_progress=on_progress)
+    finally:
+        if watch:
+            watch.close()
+    written = page.write_page(channel, page.render(data), out)
+    tested = sum(1 for p in data["packages"] for c in p.get("cells", {}).values() if c["state"] == "tested")
+    receipts = sum(1 for p in data["packages"] if p["receipt"]["state"] == "current")
+    if as_json:
+        report.print_json({"page": str(written), "packages": len(data["packages"]), "receipts": receipts,
+                           "tested_cells": tested, "solver": data["solver"]})
+    else:
+        report.info(f"wrote {written}: {len(data['packages'])} packages, {receipts} with a current receipt, "
+                    f"{tested} tested cells; builds picked by {data['solver']['how']}")
     return 0

@@ -52,6 +52,9 @@ def run_verify(*, levels: str | None, as_json: bool, expect_gpu: bool, python: s
     timings.record(run_key, [(r.level, r.status, r.seconds) for r in result.levels])
     if as_json:
         report.print_json(result.as_dict())
+        # one line for `mmstack build` / `mmstack test` (a recipe test runs verify --json): each level's
+        # verdict and seconds, which the package's test receipt keeps (builder/receipt.py)
+        print(report.result_line("ladder", ladder_summary(result.as_dict())), file=sys.stderr)
     else:
         rows = []
         for r in result.levels:
@@ -63,6 +66,16 @@ def run_verify(*, levels: str | None, as_json: bool, expect_gpu: bool, python: s
                            title=f"mmstack verify ({result.python})")
         report.info(("all requested levels pass" if result.ok else "verification FAILED") + f" in {result.seconds:.1f} s")
     return 0 if result.ok else 1
+
+
+def ladder_summary(doc: dict) -> dict:
+    """The ladder's result as a receipt keeps it: each level's verdict, seconds and reason, and the
+    torch and CUDA runtime the levels saw."""
+    evidence = [lv.get("evidence") or {} for lv in doc.get("levels", [])]
+    seen = {k: next((e[k] for e in evidence if e.get(k)), None) for k in ("torch_version", "torch_cuda")}
+    levels = [{"level": lv["level"], "name": lv.get("name"), "status": lv["status"], "seconds": lv.get("seconds"),
+               "reason": lv.get("reason") or ""} for lv in doc.get("levels", [])]
+    return {"ok": doc.get("ok"), "seconds": doc.get("seconds"), "levels": levels, **seen}
 
 
 def run_fatbin(*, path: Path, as_json: bool, expect: str | None = None) -> int:

@@ -1,0 +1,148 @@
+"""builder/receipt.py: a test receipt beside each package, kept by `mmstack channel index`, replaced
+with its package, and invisible to py-rattler's solve and install (real solves over a real channel)."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from support import fake_channel, page_channel
+from support.cli import mmstack
+
+from mmstack.builder import receipt
+from mmstack.builder.channel import add_packages
+from mmstack.commands.ladder_cmds import ladder_summary
+from mmstack.variants import matrix, selection
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory) -> Path:
+    """fake_channel's stand-in channel (mmcv per matrix row and its dependencies), indexed."""
+    from mmstack.facts.gpus import load
+
+    rows = matrix.load_matrix(load(), ROOT / matrix.CONFIG_FILE)
+    return fake_channel.build_channel(tmp_path_factory.mktemp("small") / "ch", fake_channel.standard_packages(rows))
+
+
+def _receipt_for(pkg: Path) -> Path:
+    machine, docs = page_channel.recorded_h200()
+    name, version, build = pkg.name.removesuffix(".conda").rsplit("-", 2)
+    doc = receipt.make(pkg, name=name, version=version, build_string=build, subdir=pkg.parent.name, test_results=docs,
+                       machine_part=machine, tests_passed=3, seconds=12.0, via="test")
+    return receipt.write(pkg, doc)
+
+
+def test_a_receipt_names_the_file_the_machine_the_levels_upstream_and_the_tools(small, tmp_path):
+    shutil.copytree(small, tmp_path / "ch")
+    small = tmp_path / "ch"
+    pkg = next((small / "linux-64").glob("mmcv-2.2.0-cuda129_sm90_py311_*.conda"))
+    path = _receipt_for(pkg)
+    assert path == pkg.with_name(pkg.name + ".receipt.json") and receipt.package_of(path) == pkg.name
+    doc = json.loads(path.read_text())
+    assert doc["schema"] == receipt.SCHEMA
+    assert doc["package"] == {"file": pkg.name, "subdir": "linux-64", "name": "mmcv", "version": "2.2.0",
+                              "build_string": pkg.name.removesuffix(".conda").split("-", 2)[2],
+                              "sha256": hashlib.sha256(pkg.read_bytes()).hexdigest()}
+    assert doc["machine"]["gpus"] == [{"name": "NVIDIA H200", "compute_capability": "9.0", "driver": "580.159.04"}]
+    assert doc["machine"]["cuda_runtime"] == "13.0" and doc["machine"]["recorded_from"].startswith("STAND-IN")
+    assert [(lv["level"], lv["status"]) for lv in doc["tests"]["ladder"]] == [
+        (lv["level"], lv["status"]) for lv in json.loads((page_channel.RECORDED / "verify_installed_sm90.json").read_text())["levels"]]
+    assert all(isinstance(lv["seconds"], float) and "reason" not in lv for lv in doc["tests"]["ladder"])  # all PASS
+    (up,) = doc["tests"]["upstream"]
+    assert up["counts"]["passed"] > 100 and up["skip_reasons"], up
+    assert doc["code"] == {"sass": [], "ptx": [], "glibc": None, "glibc_needed_by": None, "objects": []}  # empty stand-in
+    assert set(doc["tools"]) == {"mmstack", "py-rattler-build", "py-rattler"} and all(doc["tools"].values())
+    assert doc["date"].endswith("Z") and "not a signature" in doc["proves"]
+    assert str(small) not in path.read_text()  # no machine path
+
+
+def test_the_receipt_of_a_package_with_kernels_holds_its_sass_ptx_and_glibc(tmp_path):
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc is not on PATH: the package needs a real CUDA object")
+    built = page_channel.build(tmp_path)
+    doc = json.loads(page_channel.write_h200_receipt(built["channel"], built["files"]["sm89"]).read_text())
+    assert (doc["code"]["sass"], doc["code"]["ptx"]) == (["8.9"], ["8.9"])
+    assert doc["code"]["glibc"] and doc["code"]["glibc_needed_by"].startswith("lib/python3.11/site-packages/mmcv/_ext")
+    assert str(tmp_path) not in json.dumps(doc)
+
+
+def test_channel_index_keeps_receipts_and_lists_only_packages(small, tmp_path):
+    ch = tmp_path / "ch"
+    shutil.copytree(small, ch)
+    receipts = [_receipt_for(p) for p in sorted((ch / "linux-64").glob("mmcv-*.conda"))[:3]]
+    code, _out, err = mmstack("channel", "index", str(ch), "--json")
+    assert code == 0, err
+    assert all(r.is_file() for r in receipts)
+    assert set(receipt.read_all(ch)) == {f"linux-64/{receipt.package_of(r)}" for r in receipts}
+    listed = json.loads((ch / "linux-64" / "repodata.json").read_text())
+    names = set(listed.get("packages", {})) | set(listed.get("packages.conda", {}))
+    assert not any(n.endswith(".json") for n in names) and {receipt.package_of(r) for r in receipts} <= names
+
+
+def test_a_rebuilt_package_drops_the_receipt_of_the_file_it_replaces(small, tmp_path):
+    ch = tmp_path / "ch"
+    shutil.copytree(small, ch)
+    pkg = next((ch / "linux-64").glob("mmcv-2.2.0-cpu_py311_*.conda"))
+    old = _receipt_for(pkg)
+    again = tmp_path / "out" / "linux-64" / pkg.name
+    again.parent.mkdir(parents=True)
+    shutil.copy2(pkg, again)
+    add_packages(ch, [again])
+    assert pkg.is_file() and not old.exists()
+
+
+def test_py_rattler_solves_and_installs_the_same_with_receipts_beside_the_packages(small, tmp_path):
+    """The receipts (and a stray JSON that is no receipt) change neither the solve nor the install."""
+    from rattler import install
+
+    ch = tmp_path / "ch"
+    shutil.copytree(small, ch)
+    machine = selection.Machine("12.9", "8.9")
+    before = selection.solve([ch.as_uri()], ["mmcv"], machine)
+    for p in sorted((ch / "linux-64").glob("mmcv-*.conda")) + sorted((ch / "noarch").glob("*.conda")):
+        _receipt_for(p)
+    (ch / "linux-64" / "stray.json").write_text("{}")
+    mmstack("channel", "index", str(ch), "--quiet")
+    after = selection.solve([ch.as_uri()], ["mmcv"], machine)
+    assert after == before and after.build and after.build.startswith("cuda129_sm89_py3")
+
+    from rattler import BuildString, GenericVirtualPackage, PackageName, Subdir, Version, solve
+
+    vps = [GenericVirtualPackage(PackageName(n), Version(v), BuildString("0")) for n, v in machine.virtual_packages().items()]
+    records = asyncio.run(solve([ch.as_uri()], ["mmcv"], platforms=[Subdir("linux-64"), Subdir("noarch")],
+                                virtual_packages=vps))
+    prefix = tmp_path / "prefix"
+    asyncio.run(install(records, target_prefix=prefix))
+    metas = {json.loads(m.read_text())["name"]: json.loads(m.read_text()) for m in (prefix / "conda-meta").glob("*.json")}
+    mmcv = metas["mmcv"]
+    pkg = ch / "linux-64" / mmcv["fn"]
+    assert mmcv["sha256"] == hashlib.sha256(pkg.read_bytes()).hexdigest() and pkg.with_name(pkg.name + ".receipt.json").is_file()
+    assert not any(f.endswith(".receipt.json") for m in metas.values() for f in m.get("files", []))
+
+
+def test_the_ladder_summary_keeps_each_levels_verdict_and_seconds_and_the_runtime():
+    doc = json.loads((page_channel.RECORDED / "verify_installed_sm90.json").read_text())
+    s = ladder_summary(doc)
+    assert s["ok"] is True and s["torch_cuda"] == "13.0"
+    assert [(lv["level"], lv["status"], lv["seconds"]) for lv in s["levels"]] == [
+        (lv["level"], lv["status"], lv["seconds"]) for lv in doc["levels"]]
+
+
+def test_a_receipt_from_another_build_of_the_same_file_name_is_not_read_as_current(small, tmp_path):
+    """read_all returns receipts by file name; whether one is current is its sha256 against the
+    repodata's (what the page checks)."""
+    ch = tmp_path / "ch"
+    shutil.copytree(small, ch)
+    pkg = next((ch / "linux-64").glob("mmcv-2.2.0-cpu_py311_*.conda"))
+    _receipt_for(pkg)
+    (ch / "linux-64" / "garbage.conda.receipt.json").write_text("not json")
+    docs = receipt.read_all(ch)
+    assert list(docs) == [f"linux-64/{pkg.name}"]
+    listed = json.loads((ch / "linux-64" / "repodata.json").read_text())
+    assert docs[f"linux-64/{pkg.name}"]["package"]["sha256"] == listed["packages.conda"][pkg.name]["sha256"]
