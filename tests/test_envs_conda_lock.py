@@ -185,10 +185,10 @@ def test_conda_lockfiles_plugin_detects_the_format(root, envs):
     when present, must carry `created_by` as a string (conda-incubator/conda-lockfiles,
     conda_lockfiles/conda_lock/v1.py lines 101-104 and 115 at 84344439). Without it conda falls back
     to reading the file as an environment.yml and creates an empty environment, exit 0."""
-    import mmstack
+    from importlib.metadata import version
 
     for env in envs:
         meta = lockfile.load_yaml(lockfile.conda_lock_path(root, env).read_text())["metadata"]
-        assert meta["custom_metadata"]["created_by"] == f"mmstack {mmstack.__version__}", env
+        assert meta["custom_metadata"]["created_by"] == f"mmstack {version('mmstack')}", env
         assert all(isinstance(v, str) for v in meta["custom_metadata"].values()), env  # conda-lock: dict[str, str]
         assert meta["platforms"] and all(set(c) == {"url", "used_env_vars"} for c in meta["channels"])

@@ -22,7 +22,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mmstack import __version__
 from mmstack.envs import portable
 from mmstack.envs.pixi_manifest import Platform
 from mmstack.errors import BadInput
@@ -261,7 +260,7 @@ def conda_lock_document(*, env: LockedEnv, channels: list[str], sources: list[st
             # (conda-incubator/conda-lockfiles conda_lockfiles/conda_lock/v1.py, CondaLockV1CustomMetadata,
             # lines 101-104 at 84344439): without it `conda env create --file` does not take the file
             # as a lock and creates an empty environment.
-            "custom_metadata": {"created_by": f"mmstack {__version__}", "mmstack_env": env.name, "mmstack_platform": env.platform,
+            "custom_metadata": {"created_by": _created_by(), "mmstack_env": env.name, "mmstack_platform": env.platform,
                                 "mmstack_virtual_packages": " ".join(env.virtual_packages), **digests},
         },
         "package": [
@@ -279,6 +278,16 @@ def conda_lock_document(*, env: LockedEnv, channels: list[str], sources: list[st
             for p in sorted(env.packages, key=lambda p: p.name)
         ],
     }
+
+
+def _created_by() -> str:
+    """`mmstack <version>` as installed (conda-lockfiles' own files say `conda-lockfiles <version>`)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"mmstack {version('mmstack')}"
+    except PackageNotFoundError:  # a source tree that was never installed
+        return "mmstack"
 
 
 def _dependencies(depends) -> dict[str, str]:
