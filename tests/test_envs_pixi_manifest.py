@@ -1,5 +1,6 @@
 """mmstack.envs.pixi_manifest: pixi.toml -> environments, platforms, the pixi floor, lock aliases."""
 
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -65,3 +66,36 @@ def test_channel_urls(tmp_path):
     assert pixi_manifest.channel_url("conda-forge", tmp_path) == "https://conda.anaconda.org/conda-forge/"
     assert pixi_manifest.channel_url("./channel", tmp_path) == (tmp_path / "channel").resolve().as_uri() + "/"
     assert pixi_manifest.channel_url("https://example.org/ch/", tmp_path) == "https://example.org/ch/"
+
+
+# -- TOML 1.1 (pixi >= 0.73 reads it) --------------------------------------------------------------
+
+TOML11 = Path(__file__).parent / "data" / "toml11"
+
+
+@pytest.mark.parametrize("name", ["layout.toml", "tasks-pixi.toml"])
+def test_toml_11_inline_tables_read_as_a_toml_11_parser_reads_them(name):
+    """Multi-line inline tables with comments and trailing commas (pixi's own examples/tasks):
+    tomllib (TOML 1.0) refuses them; mmstack reads what tomli 2.5.0 (TOML 1.1) reads, recorded in
+    tests/data/toml11/tomli-2.5.0.json."""
+    from mmstack.envs import toml11
+
+    recorded = json.loads((TOML11 / "tomli-2.5.0.json").read_text())["files"][name]
+    text = (TOML11 / recorded["path"]).read_text()
+    assert isinstance(recorded["tomllib_3.11_toml_1.0"], str)  # the TOML 1.0 reader refused it (its error)
+    assert toml11.loads(text) == recorded["tomli_toml_1.1"]
+
+
+def test_a_toml_11_pixi_toml_loads():
+    m = pixi_manifest.load(TOML11.parent / "pixi_lock_fixtures" / "empty-environments" / "tasks" / "pixi.toml")
+    assert list(m.envs) == ["default", "extra"] and [p.name for p in m.platforms] == ["osx-arm64"]
+
+
+def test_toml_11_syntax_mmstack_does_not_read_is_named(tmp_path):
+    path = tmp_path / "pixi.toml"
+    path.write_text('[workspace]\nchannels = ["conda-forge"]\nplatforms = ["linux-64"]\nname = "a\\e"\n')
+    with pytest.raises(BadInput) as exc:
+        pixi_manifest.load(path)
+    line = exc.value.one_line()
+    assert "cannot read the manifest" in line and "of TOML 1.1, mmstack reads inline tables over several lines" in line
+    assert "not the \\e or \\xHH escapes" in line and "\n" not in line

@@ -23,17 +23,12 @@ import hashlib
 import json
 import os
 import re
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from mmstack.builder.reach import channel_url  # one place: what a channel's name means, whether it answers
+from mmstack.envs import toml11
 from mmstack.errors import BadInput
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - 3.10: the `tomli` dependency
-    import tomli as tomllib
 
 MANIFEST = "pixi.toml"
 CONDA_FORGE = "https://conda.anaconda.org/conda-forge/"
@@ -225,8 +220,8 @@ def load(path: Path) -> Manifest:
     if not path.is_file():
         raise BadInput(f"{path.name} not found", source=where, fix="run from the repository root or pass --root")
     try:
-        raw = tomllib.loads(path.read_text())
-    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raw = toml11.loads(path.read_text())  # pixi >= 0.73 reads TOML 1.1
+    except (OSError, toml11.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise BadInput(f"cannot read the manifest: {exc}", source=where, fix="fix the TOML syntax") from None
     return parse(raw, path)
 
