@@ -344,12 +344,13 @@ def _best_build(facts: Facts, gpu: Arch, builds: tuple[Build, ...]) -> Serving |
     """No generation environment serves `gpu`: the matrix's other build that runs it best (the oldest CUDA of
     the best, for the widest range of drivers), as something the user can install."""
     ranked = [(coverage(gpu, b.targets, cuda=b.cuda, facts=facts), b) for b in builds]
-    ranked = [(r, b) for r, b in ranked if r.coverage is not Coverage.NONE]
+    ranked = [(r, b) for r, b in ranked if r.target is not None]
     if not ranked:
         return None
     r, b = min(ranked, key=lambda rb: (-_ORDER[rb[0].coverage], version_key(rb[1].cuda)))
-    how = {Coverage.NATIVE: f"native {gpu.sm} SASS", Coverage.LOWER_MINOR: f"{r.target.arch.sm} SASS (same major, lower"
-           " minor: runs, not tuned)", Coverage.PTX_JIT: f"PTX JIT from {r.target.arch.compute}"}[r.coverage]
+    runs = r.target.arch if r.target is not None else gpu  # every ranked result has its target
+    how = {Coverage.NATIVE: f"native {gpu.sm} SASS", Coverage.LOWER_MINOR: f"{runs.sm} SASS (same major, lower"
+           " minor: runs, not tuned)", Coverage.PTX_JIT: f"PTX JIT from {runs.compute}"}[r.coverage]
     tk = facts.toolkit(b.cuda)
     driver = f"driver >= {tk.driver}" if tk.driver else f"a CUDA {b.cuda} driver"
     return Serving(None, r.coverage, build=b.prefix, reason=
