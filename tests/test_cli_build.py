@@ -49,7 +49,8 @@ def test_variant_overrides_render_one_build_per_build_string():
     from mmstack.builder import recipes as build
 
     overrides = {"python": "3.12", "pytorch": "2.11", "cuda_compiler_version": "13.0",
-                 "mmcv_arch_list": "8.0+PTX", "arch_tag": "sm80ptx", "c_stdlib_version": "2.28"}
+                 "mmcv_arch_list": "8.0+PTX", "arch_tag": "sm80ptx", "c_stdlib_version": "2.28",
+                 "cuda_arch_min": "8.0", "mmcv_priority": "2"}
     rendered = build.render(recipe_dir=ROOT / "recipes" / "mmcv", variant_config=ROOT / "conda_build_config.yaml",
                             overrides=overrides)
     strings = {v.recipe.build.string for v in rendered}
@@ -261,8 +262,8 @@ def test_build_variant_is_checked_by_the_matrix_rules(tmp_path, variant, words):
 def test_matrix_rejects_the_same_values_in_the_config(tmp_path):
     """The same rule, the same words: `mmstack matrix` on a config with the bad value in the h100 row."""
     text = (ROOT / "conda_build_config.yaml").read_text()
-    assert text.count('  - "9.0"\n') == 1
-    (tmp_path / "conda_build_config.yaml").write_text(text.replace('  - "9.0"\n', '  - "8.6+PTXX"\n'))
+    assert text.count('  - "9.0+PTX"\n') == 1
+    (tmp_path / "conda_build_config.yaml").write_text(text.replace('  - "9.0+PTX"\n', '  - "8.6+PTXX"\n'))
     code, _, err = mmstack("matrix", "--config", str(tmp_path / "conda_build_config.yaml"))
     assert code != 0 and "mmcv_arch_list: cannot read arch '8.6+PTXX'" in err
 
@@ -271,6 +272,8 @@ def test_matrix_rejects_the_same_values_in_the_config(tmp_path):
     ({"python_min": "3.12"}, "h100"),  # the noarch recipes read it (scripts/gpu-proof.sh passes it)
     ({"python": "3.12", "pytorch": "2.11", "cuda_compiler_version": "13.0", "c_stdlib_version": "2.28"}, "h100"),
     ({"mmcv_arch_list": "8.0+PTX", "arch_tag": "sm80ptx"}, "h100"),  # gpu-proof's PTX build: its own tag name
+    ({"mmcv_arch_list": "8.0+PTX", "arch_tag": "sm80ptx", "cuda_arch_min": "8.0"}, "h100"),  # with its CEP 46 arch
+    ({"mmcv_arch_list": "7.5;8.0;9.0+PTX", "arch_tag": "all", "cuda_arch_min": "none", "mmcv_priority": "1"}, "h100"),
     ({"cuda_compiler_version": "13.0"}, "rtx5090"),
 ])
 def test_build_variant_values_the_matrix_accepts_pass(overrides, env):

@@ -335,7 +335,8 @@ def check_overrides(facts: Facts, path: Path, overrides: dict[str, str], *, env:
         combo = {**row.variant_keys(), **{k: v for k, v in overrides.items() if k not in RECIPE_KEYS}}
         problem = _variant(facts, combo)
         if isinstance(problem, str) and "arch_tag" in overrides:
-            derived = _variant(facts, {**combo, "arch_tag": FAT_TAG})
+            # the user's own tag names an experiment: judged for buildability, not CEP 46's ranking
+            derived = _variant(facts, {k: v for k, v in {**combo, "arch_tag": FAT_TAG}.items() if k not in CEP46_KEYS})
             if isinstance(derived, Variant) and combo["arch_tag"].startswith(arch_tag_for(derived.targets)):
                 problem = derived  # the user's own name for the build, extending the derived one
         if isinstance(problem, str):
