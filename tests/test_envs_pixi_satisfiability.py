@@ -365,6 +365,6 @@ def test_a_multi_platform_v6_lock_meets_glibc_with_the_subdirs_defaults():
     locked = lockfile.read_pixi_lock(d / "pixi.lock", m.platforms)
     env = locked["default"]
     assert (env.platform, env.virtual_packages) == ("linux-64", ())
-    assert [o[0] for o in env.other_platforms] == ["osx-arm64", "win-64"]
+    assert sorted(o[0] for o in env.other_platforms) == ["osx-arm64", "win-64"]  # rattler gives no fixed order
     assert sum("__glibc" in dep for p in env.packages for dep in p.depends) >= 10
     assert policy.pixi_lock_problems(m, locked) == []
