@@ -57,6 +57,15 @@ class BuiltPackage:
 Override = str | int | float | Sequence[str | int | float]
 
 
+def engine_errors() -> tuple[type[Exception], ...]:
+    """What py-rattler-build raises for a refusal: its typed errors (BuildError, RecipeParseError,
+    VariantError, ChannelError, ... all RattlerBuildError) and OSError (a missing file). Anything
+    else is a bug of ours and surfaces as a traceback. Imported lazily (the `build` extra)."""
+    from rattler_build import RattlerBuildError
+
+    return (RattlerBuildError, OSError)
+
+
 def load_variant_config(path: str | os.PathLike[str], overrides: Mapping[str, Override] | None = None) -> Any:
     """conda_build_config.yaml (selectors and all) as rattler-build reads it, plus overrides.
 
@@ -72,7 +81,7 @@ def load_variant_config(path: str | os.PathLike[str], overrides: Mapping[str, Ov
     try:
         jinja = JinjaConfig(platform=PlatformConfig(target_platform=TARGET_PLATFORM))
         config = VariantConfig.from_conda_build_config(str(path), jinja)
-    except Exception as exc:  # noqa: BLE001 - any engine error reading the config is bad input, said in one line
+    except engine_errors() as exc:  # the engine's refusal to read the config is bad input, said in one line
         raise BadInput(f"cannot read variant config: {_first_line(exc)}", source=str(path), fix="fix the YAML") from None
     if overrides:
         values = {k: [str(v)] if isinstance(v, (str, int, float)) else [str(x) for x in v] for k, v in overrides.items()}
@@ -108,7 +117,7 @@ def render(
     try:
         recipe = Stage0Recipe.from_file(recipe_path)
         rendered = recipe.render(config, RenderConfig(platform=PlatformConfig(target_platform=TARGET_PLATFORM)))
-    except Exception as exc:  # noqa: BLE001 - any render error is the recipe's or config's, said in one line
+    except engine_errors() as exc:  # a render error is the recipe's or config's, said in one line
         raise BadInput(f"cannot render recipe: {_render_error(exc)}", source=str(recipe_path),
                        fix="fix the recipe or add the missing key to the variant config") from None
     if select:
@@ -199,7 +208,7 @@ def run_build(
             try:
                 result = variant.run_build(tool_config=tool, output_dir=out, channels=channels,
                                            progress_callback=callback)
-            except Exception as exc:  # noqa: BLE001 - any engine failure becomes BuildFailed with its log
+            except engine_errors() as exc:  # the engine's failure becomes BuildFailed with its log
                 raise _build_failed(name, exc, Path(work_dir or tempfile.gettempdir())) from None
             finally:
                 if watch:

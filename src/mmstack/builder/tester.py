@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mmstack.builder.progress import BuildWatch
-from mmstack.builder.recipes import EngineEvents, Progress, as_channel_url
+from mmstack.builder.recipes import EngineEvents, Progress, as_channel_url, engine_errors
 from mmstack.errors import BadInput, BuildFailed
 
 PACKAGE_SUFFIXES = (".conda", ".tar.bz2")
@@ -50,7 +50,7 @@ class TestedPackage:
 
 def open_package(path: Path):
     """The package file as py-rattler-build's Package; a file that is none is bad input."""
-    from rattler_build import Package, PackageFormatError, RattlerBuildError
+    from rattler_build import Package
 
     if not path.name.endswith(PACKAGE_SUFFIXES):
         raise BadInput(f"{path} is not a conda package (.conda or .tar.bz2)", source="command line",
@@ -60,7 +60,7 @@ def open_package(path: Path):
                        fix="pass the path of a built package (mmstack build --no-test writes them into --channel)")
     try:
         return Package.from_file(path)
-    except (PackageFormatError, RattlerBuildError, OSError) as exc:
+    except engine_errors() as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise BadInput(f"{path}: damaged or not a conda package: {first}", source="command line",
                        fix="rebuild it, or download it again") from None
@@ -81,8 +81,6 @@ def run_package_tests(
     the full output written to a log file (under `log_dir`, default the system temp dir). The
     engine refusing to run (no channel has a dependency, say) raises BuildFailed.
     """
-    from rattler_build import RattlerBuildError
-
     pkg_path = Path(path).expanduser().resolve()
     pkg = open_package(pkg_path)
     say = progress or (lambda _msg: None)
@@ -100,7 +98,7 @@ def run_package_tests(
         # result for the whole section; by index, each test gets its verdict and all of them run
         for index in range(pkg.test_count):
             results.append(pkg.run_test(index, channel=resolved, progress_callback=callback))
-    except RattlerBuildError as exc:
+    except engine_errors() as exc:
         text = str(exc).strip()
         first = text.splitlines()[0] if text else type(exc).__name__
         raise BuildFailed(f"{name}: the tests could not run: {first}",
