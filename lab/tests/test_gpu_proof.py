@@ -5,8 +5,6 @@ read back by the summary script (the sandbox ladder really ran L2 and L4 on the 
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 from importlib import metadata
