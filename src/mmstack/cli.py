@@ -224,6 +224,7 @@ def channel_index(path: Path = typer.Argument(..., parser=_raw_path, callback=_n
 def channel_page(path: Path = typer.Argument(..., parser=_raw_path, callback=_not_empty, help="An indexed channel directory."),
                  out: Path | None = typer.Option(None, "--out", parser=_raw_path, callback=_not_empty, help="Where to write the page (default: DIR/index.html)."),
                  source_channel: list[str] | None = typer.Option(None, "--source-channel", help="Where mmcv's dependencies come from for the solves (repeatable; default: conda-forge)."),
+                 url: str | None = typer.Option(None, "--url", callback=_not_empty, help="Where the channel is published (the install commands name it; default: wherever the page is opened from)."),
                  no_solve: bool = typer.Option(False, "--no-solve", help="Offline: pick each GPU's build by the arch rules over the channel's fatbins, not by a solve."),
                  quiet: bool = typer.Option(False, "--quiet", help="No progress line on stderr."),
                  json: bool = JSON) -> None:
@@ -231,7 +232,7 @@ def channel_page(path: Path = typer.Argument(..., parser=_raw_path, callback=_no
     from mmstack.commands.build_cmds import run_channel_page
 
     raise typer.Exit(run_channel_page(path=path, out=out, source_channels=None if no_solve else (source_channel or None),
-                                      solve=not no_solve, as_json=json, quiet=quiet))
+                                      solve=not no_solve, as_json=json, url=url, quiet=quiet))
 
 
 ci_app = typer.Typer(no_args_is_help=True, help="CI workflows generated from the variant matrix.")

@@ -139,7 +139,7 @@ def _rank(cc: str, code: dict) -> int:
     return order[ext_coverage(cc, code["sass"], code["ptx"]).coverage]
 
 
-def page_data(channel: Path, facts: Facts, *, solve_channels: list[str] | None,
+def page_data(channel: Path, facts: Facts, *, solve_channels: list[str] | None, url: str | None = None,
               on_progress: Callable[[str, int, int], None] | None = None, now: datetime | None = None) -> dict:
     """Everything the page shows, as JSON-able data (embedded in the page as is)."""
     from importlib.metadata import PackageNotFoundError, version
@@ -175,7 +175,8 @@ def page_data(channel: Path, facts: Facts, *, solve_channels: list[str] | None,
         urls = [channel.as_uri(), *channel_urls(list(solve_channels))]
     return {
         "channel": channel.name,
-        "generated": (now or datetime.now(timezone.utc)).replace(microsecond=0).isoformat().replace("+00:00", "Z"),
+        "url": url.rstrip("/") if url else None,  # where the channel is published (else: where the page lies)
+        "generated": (now or _now()).replace(microsecond=0).isoformat().replace("+00:00", "Z"),
         "mmstack": mmstack_version,
         "generations": [{"env": g.env, "cc": g.compute_capability, "sm": parse_arch(g.compute_capability).sm,
                          "summary": g.summary, "cuda": g.cuda} for g in gens],
@@ -184,8 +185,19 @@ def page_data(channel: Path, facts: Facts, *, solve_channels: list[str] | None,
                   "host": g.host} for g in facts.gpu],
         "answers": answers(facts, rows, urls, on_progress),
         "solver": {"how": "py-rattler" if urls else "arch rules (no solve)",
-                   "channels": ["(this channel)", *(solve_channels or [])]},
+                   "channels": ["(this channel)", *(_shown(c) for c in solve_channels or [])]},
     }
+
+
+def _shown(c: str) -> str:
+    """A source channel as the page names it: a URL or name as given, a local directory by its name only."""
+    return c if "://" in c or not Path(c).expanduser().is_dir() else f"{Path(c).expanduser().resolve().name} (local)"
+
+
+def _now() -> datetime:
+    """Now, or SOURCE_DATE_EPOCH where set (reproducible builds' convention: the same inputs, the same page)."""
+    epoch = os.environ.get("SOURCE_DATE_EPOCH", "").strip()
+    return datetime.fromtimestamp(int(epoch), timezone.utc) if epoch.isdigit() else datetime.now(timezone.utc)
 
 
 def render(data: dict) -> str:

@@ -77,12 +77,19 @@ def code_in(package: str | os.PathLike[str]) -> dict:
     from mmstack.facts.fatbin import glibc_floor, list_fatbins
 
     listings = list_fatbins(Path(package))
-    sass = sorted({a for li in listings for a in li.sass})
-    ptx = sorted({a for li in listings for a in li.ptx})
+    sass = sorted({a for li in listings for a in li.sass}, key=_arch_order)
+    ptx = sorted({a for li in listings for a in li.ptx}, key=_arch_order)
     glibc, needed_by = glibc_floor(listings)
     return {"sass": sass, "ptx": ptx, "glibc": glibc, "glibc_needed_by": _member(needed_by),
             "objects": [{"path": _member(li.path), "sass": list(li.sass), "ptx": list(li.ptx), "glibc": li.glibc}
                         for li in listings if li.sass or li.ptx or li.glibc]}
+
+
+def _arch_order(arch: str) -> tuple[int, int, str]:
+    """"8.9" < "9.0a" < "10.0" < "12.0f": by major, minor, then the suffix."""
+    major, _, rest = arch.partition(".")
+    minor = "".join(c for c in rest if c.isdigit())
+    return int(major), int(minor or 0), rest[len(minor):]
 
 
 def _level(lv: Mapping) -> dict:

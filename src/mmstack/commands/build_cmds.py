@@ -222,7 +222,7 @@ def run_channel_index(*, path: Path, as_json: bool, quiet: bool = False) -> int:
 
 
 def run_channel_page(*, path: Path, out: Path | None, source_channels: list[str] | None, solve: bool,
-                     as_json: bool, quiet: bool = False) -> int:
+                     as_json: bool, url: str | None = None, quiet: bool = False) -> int:
     """Write the channel's page (builder/page.py); solves go to `source_channels` (default conda-forge)
     for mmcv's dependencies unless `solve` is off."""
     from mmstack.builder import page
@@ -244,7 +244,7 @@ def run_channel_page(*, path: Path, out: Path | None, source_channels: list[str]
             watch.count(label, done, total, "packages" if label.startswith("reading") else "GPUs")
 
     try:
-        data = page.page_data(channel, load_facts(), solve_channels=sources, on_progress=on_progress)
+        data = page.page_data(channel, load_facts(), solve_channels=sources, url=url, on_progress=on_progress)
     finally:
         if watch:
             watch.close()
