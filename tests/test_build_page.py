@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 from support import page_channel
 from support.cli import mmstack
+from test_build_e2e import bootstrap_channel, built_channel  # noqa: F401 - the e2e's fixtures, for the slow test below
 
 from mmstack.builder import receipt
 from mmstack.facts.compat import ext_coverage
@@ -297,10 +298,8 @@ def test_on_a_phone_the_table_scrolls_inside_its_region_not_the_page(site, brows
 # -- the e2e's channel (slow: the real packages, built and tested by the generated CI's steps) --------
 
 @pytest.mark.slow
-def test_the_e2e_channel_holds_a_receipt_for_every_package_and_the_page_shows_them(tmp_path):
-    import test_build_e2e as e2e
-
-    channel = e2e.built_channel.__wrapped__(e2e.bootstrap_channel.__wrapped__())["channel"]
+def test_the_e2e_channel_holds_a_receipt_for_every_package_and_the_page_shows_them(request, tmp_path):
+    channel = request.getfixturevalue("built_channel")["channel"]
     listed = {f"{r.parent.name}/{f}": rec for r in channel.glob("*/repodata.json")
               for f, rec in json.loads(r.read_text()).get("packages.conda", {}).items()}
     receipts = receipt.read_all(channel)

@@ -146,3 +146,66 @@ def test_a_receipt_from_another_build_of_the_same_file_name_is_not_read_as_curre
     assert list(docs) == [f"linux-64/{pkg.name}"]
     listed = json.loads((ch / "linux-64" / "repodata.json").read_text())
     assert docs[f"linux-64/{pkg.name}"]["package"]["sha256"] == listed["packages.conda"][pkg.name]["sha256"]
+
+
+# -- written by the commands, through the real engine (a one-file generic recipe, as tests/test_cli_test.py's) --
+
+PROBE = """\
+package:
+  name: mmstack-receipt-probe
+  version: "1.0"
+build:
+  noarch: generic
+  script:
+    - mkdir -p $PREFIX/share/probe
+    - echo probe > $PREFIX/share/probe/file.txt
+tests:
+  - script:
+      - test -f $PREFIX/share/probe/file.txt
+      # what `mmstack verify --json` prints on stderr (a STAND-IN line: no mmstack in this test environment)
+      - echo 'mmstack-result {"kind":"ladder","levels":[{"level":"L1","name":"import","seconds":1.5,"status":"PASS","reason":"a path"},{"level":"L2","name":"CUDA","seconds":0.0,"status":"SKIP","reason":"no GPU"}],"ok":true,"torch_cuda":null}'
+{extra}
+"""
+FAILS = """\
+  - script:
+      - exit 3
+"""
+
+
+def _probe(tmp_path: Path, *, failing: bool, test: bool) -> tuple[Path, Path, Path]:
+    pytest.importorskip("rattler_build")
+    recipe = tmp_path / "recipe"
+    recipe.mkdir()
+    (recipe / "recipe.yaml").write_text(PROBE.replace("{extra}", FAILS if failing else ""))
+    empty = tmp_path / "empty"
+    (empty / "noarch").mkdir(parents=True)
+    assert mmstack("channel", "index", str(empty), "--quiet")[0] == 0
+    channel = tmp_path / "channel"
+    code, out, err = mmstack("build", "--root", str(ROOT), "--recipe", str(recipe), *([] if test else ["--no-test"]),
+                             "--channel", str(channel), "--source-channel", str(empty), "--quiet", "--json")
+    assert code == 0, err
+    (p,) = json.loads(out)["packages"]
+    return Path(p["path"]), channel, empty
+
+
+def test_build_with_tests_and_test_after_a_pass_write_the_receipt(tmp_path):
+    pkg, channel, empty = _probe(tmp_path, failing=False, test=True)
+    doc = json.loads(receipt.path_for(pkg).read_text())
+    assert doc["tested_by"] == "mmstack build" and doc["package"]["sha256"] == hashlib.sha256(pkg.read_bytes()).hexdigest()
+    assert doc["tests"]["ladder"] == [{"level": "L1", "name": "import", "seconds": 1.5, "status": "PASS"},
+                                      {"level": "L2", "name": "CUDA", "seconds": 0.0, "status": "SKIP", "reason": "no GPU"}]
+    if shutil.which("nvidia-smi") is None:
+        assert doc["machine"]["gpus"] == [] and doc["machine"]["summary"] == receipt.NO_GPU
+    code, out, err = mmstack("test", str(pkg), "--channel", str(channel), "--source-channel", str(empty), "--json")
+    assert code == 0, err
+    assert json.loads(out)["packages"][0]["receipt"] == pkg.name + receipt.SUFFIX
+    again = json.loads(receipt.path_for(pkg).read_text())
+    assert again["tested_by"] == "mmstack test" and again["tests"]["passed"] == 1 and again["tests"]["ladder"]
+
+
+def test_a_failing_test_section_writes_no_receipt(tmp_path):
+    pkg, channel, empty = _probe(tmp_path, failing=True, test=False)
+    assert not receipt.path_for(pkg).exists()  # built with --no-test: nothing was shown
+    code, out, _err = mmstack("test", str(pkg), "--channel", str(channel), "--source-channel", str(empty), "--json")
+    assert code == 1 and json.loads(out)["packages"][0]["receipt"] is None
+    assert not receipt.path_for(pkg).exists()
