@@ -209,3 +209,18 @@ def test_a_failing_test_section_writes_no_receipt(tmp_path):
     code, out, _err = mmstack("test", str(pkg), "--channel", str(channel), "--source-channel", str(empty), "--json")
     assert code == 1 and json.loads(out)["packages"][0]["receipt"] is None
     assert not receipt.path_for(pkg).exists()
+
+
+def test_the_real_conda_installs_the_same_with_receipts_beside_the_packages(small):
+    """tests/data/receipts/conda.json: conda 26.7.1 (classic solver, offline) really installed mmcv from
+    fake_channel's channel without and with a receipt beside every package (and a stray JSON): the same
+    packages, no receipt in its package cache or the prefix; and the mmcv is the one py-rattler picks."""
+    fixture = json.loads((ROOT / "tests" / "data" / "receipts" / "conda.json").read_text())
+    plain, with_receipts = fixture["answers"]["plain"], fixture["answers"]["receipts"]
+    assert plain["success"] and with_receipts["success"] and plain["linked"] == with_receipts["linked"]
+    assert with_receipts["receipts_in_pkgs_dir"] == [] and not any(f.endswith(".json") for f in with_receipts["files"])
+    env = fixture["env"]
+    picked = selection.solve([small.as_uri()], fixture["specs"],
+                             selection.Machine(env["CONDA_OVERRIDE_CUDA"], env["CONDA_OVERRIDE_CUDA_ARCH"]))
+    (mmcv,) = [x for x in with_receipts["linked"] if x[0] == "mmcv"]
+    assert selection.mask_hash(picked.build or "") == mmcv[2]
