@@ -163,7 +163,7 @@ tests:
   - script:
       - test -f $PREFIX/share/probe/file.txt
       # what `mmstack verify --json` prints on stderr (a STAND-IN line: no mmstack in this test environment)
-      - echo 'mmstack-result {"kind":"ladder","levels":[{"level":"L1","name":"import","seconds":1.5,"status":"PASS","reason":"a path"},{"level":"L2","name":"CUDA","seconds":0.0,"status":"SKIP","reason":"no GPU"}],"ok":true,"torch_cuda":null}'
+      - echo 'mmstack-result {"kind":"ladder","levels":[{"level":"L1","name":"import","seconds":1.5,"status":"PASS","reason":"a path"},{"level":"L2","name":"CUDA","seconds":0.0,"status":"SKIP","reason":"no GPU"}],"ok":true,"torch_cuda":null}' >&2
 {extra}
 """
 FAILS = """\

@@ -241,7 +241,7 @@ def run_channel_page(*, path: Path, out: Path | None, source_channels: list[str]
 
     def on_progress(label: str, done: int, total: int) -> None:
         if watch:
-            watch.count(label, done, total, "packages" if label.startswith("reading") else "GPUs")
+            watch.count(label, done, total, "packages" if label.startswith("reading") else "compute capabilities")
 
     try:
         data = page.page_data(channel, load_facts(), solve_channels=sources, url=url, on_progress=on_progress)
