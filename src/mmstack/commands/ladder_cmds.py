@@ -54,6 +54,7 @@ def run_verify(*, levels: str | None, as_json: bool, expect_gpu: bool, python: s
         report.print_json(result.as_dict())
         # one line for `mmstack build` / `mmstack test` (a recipe test runs verify --json): each level's
         # verdict and seconds, which the package's test receipt keeps (builder/receipt.py)
+        sys.stdout.flush()  # after the whole JSON in a log that joins both streams
         print(report.result_line("ladder", ladder_summary(result.as_dict())), file=sys.stderr)
     else:
         rows = []
