@@ -57,7 +57,7 @@ def test_a_receipt_names_the_file_the_machine_the_levels_upstream_and_the_tools(
     (up,) = doc["tests"]["upstream"]
     assert up["counts"]["passed"] > 100 and up["skip_reasons"], up
     assert doc["code"] == {"sass": [], "ptx": [], "glibc": None, "glibc_needed_by": None, "objects": []}  # empty stand-in
-    assert set(doc["tools"]) == {"mmstack", "py-rattler-build", "py-rattler"} and all(doc["tools"].values())
+    assert set(doc["tools"]) == {"mmstack", "py-rattler-build", "py-rattler", "rattler-build"} and all(doc["tools"].values())
     assert doc["date"].endswith("Z") and "not a signature" in doc["proves"]
     assert str(small) not in path.read_text()  # no machine path
 

@@ -69,6 +69,12 @@ def tools() -> dict:
             out[dist] = version(dist)
         except PackageNotFoundError:
             out[dist] = None
+    try:
+        from rattler_build import rattler_build_version
+
+        out["rattler-build"] = rattler_build_version()  # the engine py-rattler-build wraps
+    except ImportError:
+        out["rattler-build"] = None
     return out
 
 
