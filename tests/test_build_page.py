@@ -287,9 +287,12 @@ def test_the_pages_gpu_lookup_agrees_with_the_facts(site, browser):
 def test_on_a_phone_the_table_scrolls_inside_its_region_not_the_page(site, browser):
     from selenium.webdriver.common.by import By
 
-    b = browser(size=(390, 844))
+    b = browser()
+    # a phone's viewport (390 x 844 CSS pixels, the page's viewport meta applies): headless windows are never that narrow
+    b.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {"width": 390, "height": 844, "deviceScaleFactor": 3, "mobile": True})
     b.get(site["page"].as_uri())
-    assert b.execute_script("return document.documentElement.scrollWidth <= window.innerWidth + 1;")
+    assert b.execute_script("return window.innerWidth;") == 390
+    assert b.execute_script("return document.documentElement.scrollWidth <= window.innerWidth;")
     region = b.find_element(By.CSS_SELECTOR, ".scroll")
     assert b.execute_script("return arguments[0].scrollWidth > arguments[0].clientWidth;", region)
     assert region.get_attribute("tabindex") == "0"  # reachable and scrollable by keyboard
