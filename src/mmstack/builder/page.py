@@ -161,6 +161,11 @@ def page_data(channel: Path, facts: Facts, *, solve_channels: list[str] | None, 
                "receipt": {"state": state, "file": p.file + receiptmod.SUFFIX,
                            "machine": doc["machine"]["summary"] if doc else None,
                            "date": doc.get("date") if doc else None}}
+        notes = ([f"SASS {', '.join(code['sass'])}"] if code["sass"] else []) + (
+            [f"PTX {', '.join(code['ptx'])}"] if code["ptx"] else []) + (
+            [f"glibc ≥ {code['glibc']}"] if code["glibc"] else []) + [
+            f"receipt: {state}" + (f" ({doc['machine']['summary']})" if doc else "")]
+        row["note"] = "; ".join(notes)
         if p.subdir != "noarch":
             row["cells"] = {g.env: _cell(facts, g, code, [t for t in tested if t["env"] == g.env]) for g in gens}
         rows.append(row)
