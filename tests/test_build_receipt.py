@@ -192,6 +192,7 @@ def test_build_with_tests_and_test_after_a_pass_write_the_receipt(tmp_path):
     pkg, channel, empty = _probe(tmp_path, failing=False, test=True)
     doc = json.loads(receipt.path_for(pkg).read_text())
     assert doc["tested_by"] == "mmstack build" and doc["package"]["sha256"] == hashlib.sha256(pkg.read_bytes()).hexdigest()
+    assert doc["tests"]["passed"] == 1  # the section's one test
     assert doc["tests"]["ladder"] == [{"level": "L1", "name": "import", "seconds": 1.5, "status": "PASS"},
                                       {"level": "L2", "name": "CUDA", "seconds": 0.0, "status": "SKIP", "reason": "no GPU"}]
     if shutil.which("nvidia-smi") is None:
@@ -224,3 +225,18 @@ def test_the_real_conda_installs_the_same_with_receipts_beside_the_packages(smal
                              selection.Machine(env["CONDA_OVERRIDE_CUDA"], env["CONDA_OVERRIDE_CUDA_ARCH"]))
     (mmcv,) = [x for x in with_receipts["linked"] if x[0] == "mmcv"]
     assert selection.mask_hash(picked.build or "") == mmcv[2]
+
+
+def test_a_package_with_no_tests_gets_no_receipt(tmp_path):
+    pytest.importorskip("rattler_build")
+    recipe = tmp_path / "recipe"
+    recipe.mkdir()
+    (recipe / "recipe.yaml").write_text(PROBE.split("tests:")[0])
+    empty = tmp_path / "empty"
+    (empty / "noarch").mkdir(parents=True)
+    assert mmstack("channel", "index", str(empty), "--quiet")[0] == 0
+    code, out, err = mmstack("build", "--root", str(ROOT), "--recipe", str(recipe), "--channel", str(tmp_path / "channel"),
+                             "--source-channel", str(empty), "--quiet", "--json")
+    assert code == 0, err
+    (p,) = json.loads(out)["packages"]
+    assert p["receipt"] is None and not receipt.path_for(p["path"]).exists()

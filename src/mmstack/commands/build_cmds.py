@@ -74,8 +74,11 @@ def run_build_cmd(*, root: Path, channel: Path, env: str | None, build_all: bool
                                      log_file=log, watch=watch)
             if test:  # a package lands only when its test section passed
                 for b in landed:
-                    receipts.write(b.path, name=b.name, version=b.version, build_string=b.build_string,
-                                   subdir=b.path.parent.name, test_results=b.test_results, passed=None, seconds=b.seconds)
+                    count = _test_count(b.path)
+                    if count:  # a section of no tests proves nothing: no receipt
+                        receipts.write(b.path, name=b.name, version=b.version, build_string=b.build_string,
+                                       subdir=b.path.parent.name, test_results=b.test_results, passed=count,
+                                       seconds=b.seconds)
             built += landed
     finally:
         if watch:
@@ -141,6 +144,13 @@ def run_test_cmd(*, packages: list[Path], channel: Path, extra_channels: list[st
         if not t.ok:
             report.info(f"{t.name} {t.build_string}: FAILED: {t.failure}" + (f" (full output: {t.log_file})" if t.log_file else ""))
     return 0 if ok else 1
+
+
+def _test_count(package: Path) -> int:
+    """How many tests the package's own test section holds (what `mmstack test` would run)."""
+    from mmstack.builder.tester import open_package
+
+    return int(open_package(package).test_count)
 
 
 class Receipts:
