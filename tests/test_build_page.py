@@ -120,7 +120,9 @@ def test_the_table_is_plain_html_that_matches_the_receipts_and_the_fatbins(site)
 
 def test_the_page_is_self_contained(site):
     page = _parse(site["page"])
-    assert page.links == []  # no stylesheet, script, font or image fetched from anywhere
+    # no stylesheet, script, font or image fetched from anywhere; the only links are to the receipts beside it
+    assert page.links == [f"linux-64/{site['files']['sm90']}.receipt.json"]
+    assert all((site["channel"] / link).is_file() for link in page.links)
     assert all("src" not in s["attrs"] for s in page.scripts)
     assert str(site["channel"].parent) not in site["page"].read_text()  # names local channels, not machine paths
 
