@@ -162,7 +162,7 @@ def test_a_directory_that_is_no_channel_is_bad_input(tmp_path):
 # -- in a real browser -------------------------------------------------------------------------------
 
 
-def _browser(*, javascript: bool = True, size=(1280, 1000)):
+def _browser(tmp: Path, *, javascript: bool = True, size=(1280, 1000)):
     chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
     if chromium is None or driver is None:
         pytest.skip("Debian's chromium and chromium-driver are not installed (apt-get install chromium chromium-driver)")
@@ -175,18 +175,19 @@ def _browser(*, javascript: bool = True, size=(1280, 1000)):
     options.binary_location = chromium
     for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", f"--window-size={size[0]},{size[1]}"):
         options.add_argument(arg)
-    b = webdriver.Chrome(service=Service(driver), options=options)
+    # chromium's scratch directories (org.chromium.Chromium.*) go to the test's temporary directory, not /tmp
+    b = webdriver.Chrome(service=Service(driver, env={**os.environ, "TMPDIR": str(tmp)}), options=options)
     if not javascript:
         b.execute_cdp_cmd("Emulation.setScriptExecutionDisabled", {"value": True})
     return b
 
 
 @pytest.fixture()
-def browser():
+def browser(tmp_path_factory):
     made = []
 
     def start(**kw):
-        made.append(_browser(**kw))
+        made.append(_browser(tmp_path_factory.mktemp("chromium"), **kw))
         return made[-1]
 
     yield start
