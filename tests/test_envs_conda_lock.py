@@ -49,6 +49,18 @@ def envs(root):
     return list(pixi_manifest.load(root / "pixi.toml").envs)
 
 
+@pytest.fixture(scope="module")
+def locks(root):
+    """(env, platform) per conda-lock file: platform None for an environment of one platform, each
+    platform's name for one locked on several (pixi.toml's `gpu`: envs/gpu.<platform>.conda-lock.yml)."""
+    from mmstack.envs import policy
+
+    out = []
+    for name, env in pixi_manifest.load(root / "pixi.toml").envs.items():
+        out += [(name, p.name) for p in env.platforms] if policy.is_multi_gpu_env(env) else [(name, None)]
+    return out
+
+
 @pytest.fixture
 def conda(tmp_path):
     exe = tmp_path / "bin" / "conda"
@@ -81,50 +93,54 @@ def conda_lock(args: list[str], cwd: Path) -> tuple[int, str]:
     return result.exit_code, err
 
 
-def check_args(env: str, conda: Path) -> list[str]:
-    """The command envs/<env>.yml prints, with `--conda` for the offline stand-in."""
+def check_args(env: str, conda: Path, platform: str | None = None) -> list[str]:
+    """The command envs/<env>.yml prints (one per platform for `gpu`), with `--conda` for the offline stand-in."""
+    stem = f"{env}.{platform}" if platform else env
     return ["lock", "--check-input-hash", "--conda", str(conda), "-f", f"envs/{env}.yml", "-p", "linux-64",
-            "--virtual-package-spec", f"envs/{env}.virtual-packages.yml", "--lockfile", f"envs/{env}.conda-lock.yml"]
+            "--virtual-package-spec", f"envs/{stem}.virtual-packages.yml", "--lockfile", f"envs/{stem}.conda-lock.yml"]
 
 
-def test_every_environment_has_its_conda_lock_files(root, envs):
-    assert len(envs) == 11 and "default" in envs
-    for env in envs:
-        for path in (lockfile.env_yml_path(root, env), lockfile.conda_lock_path(root, env), lockfile.vp_spec_path(root, env)):
+def test_every_environment_has_its_conda_lock_files(root, envs, locks):
+    assert len(envs) == 12 and "default" in envs and "gpu" in envs
+    assert len(locks) == 17 and sum(1 for e, _ in locks if e == "gpu") == 6
+    for env, plat in locks:
+        for path in (lockfile.env_yml_path(root, env), lockfile.conda_lock_path(root, env, plat),
+                     lockfile.vp_spec_path(root, env, plat)):
             assert path.is_file(), path
         yml = lockfile.env_yml_path(root, env).read_text()
-        assert " ".join(check_args(env, Path("X"))).replace("--conda X ", "") in yml, env  # the yml says how to check it
+        assert " ".join(check_args(env, Path("X"), plat)).replace("--conda X ", "") in yml, env  # the yml says how to check it
 
 
-def test_check_input_hash_skips_the_solve_for_every_environment(root, envs, conda):
-    before = {env: lockfile.conda_lock_path(root, env).read_bytes() for env in envs}
-    for env in envs:
-        code, err = conda_lock(check_args(env, conda), root)
-        assert code == 0 and SKIPPED in err and "Locking dependencies" not in err, (env, err)
+def test_check_input_hash_skips_the_solve_for_every_environment(root, locks, conda):
+    before = {lk: lockfile.conda_lock_path(root, *lk).read_bytes() for lk in locks}
+    for env, plat in locks:
+        code, err = conda_lock(check_args(env, conda, plat), root)
+        assert code == 0 and SKIPPED in err and "Locking dependencies" not in err, (env, plat, err)
     assert set(calls(conda)) == {"--version"}  # conda was never asked to solve
-    assert {env: lockfile.conda_lock_path(root, env).read_bytes() for env in envs} == before  # nothing rewritten
+    assert {lk: lockfile.conda_lock_path(root, *lk).read_bytes() for lk in locks} == before  # nothing rewritten
 
 
-def test_check_input_hash_reads_the_source_from_the_lock(root, envs, conda):
+def test_check_input_hash_reads_the_source_from_the_lock(root, locks, conda):
     """Without `-f`, conda-lock parses metadata.sources (relative to the lock): the yml, which it
     can read (pixi.toml it cannot)."""
-    for env in envs:
-        doc = lockfile.load_yaml(lockfile.conda_lock_path(root, env).read_text())
+    for env, plat in locks:
+        doc = lockfile.load_yaml(lockfile.conda_lock_path(root, env, plat).read_text())
         assert doc["metadata"]["sources"] == [f"{env}.yml"]
         code, err = conda_lock(["lock", "--check-input-hash", "--conda", str(conda), "-p", "linux-64",
-                                "--virtual-package-spec", f"{env}.virtual-packages.yml", "--lockfile", f"{env}.conda-lock.yml"],
+                                "--virtual-package-spec", lockfile.vp_spec_path(Path(), env, plat).name,
+                                "--lockfile", lockfile.conda_lock_path(Path(), env, plat).name],
                                root / "envs")
-        assert code == 0 and SKIPPED in err and f"Using source files ['{env}.yml']" in err, (env, err)
+        assert code == 0 and SKIPPED in err and f"Using source files ['{env}.yml']" in err, (env, plat, err)
     assert set(calls(conda)) == {"--version"}
 
 
-def test_channels_are_the_ymls_as_conda_lock_compares_them(root, envs):
+def test_channels_are_the_ymls_as_conda_lock_compares_them(root, locks):
     """conda-lock compares metadata.channels with the yml's literally before any re-lock."""
     from conda_lock.lockfile import parse_conda_lock_file
     from conda_lock.src_parser import make_lock_spec
 
-    for env in envs:
-        lock = parse_conda_lock_file(lockfile.conda_lock_path(root, env))
+    for env, plat in locks:
+        lock = parse_conda_lock_file(lockfile.conda_lock_path(root, env, plat))
         spec = make_lock_spec(src_files=[lockfile.env_yml_path(root, env)], platform_overrides=["linux-64"],
                               mapping_url="unused: no PyPI dependencies")
         assert lock.metadata.channels == spec.channels and [c.url for c in spec.channels] == ["./channel", "conda-forge"], env
@@ -146,14 +162,16 @@ def test_a_changed_yml_is_not_current_and_conda_lock_tries_to_solve(root, tmp_pa
     assert lockfile.conda_lock_path(tree, "h100").read_bytes() == before
 
 
-def test_render_gives_pixi_locks_packages_for_each_platform(root, envs, tmp_path):
-    locked = lockfile.read_pixi_lock(root / "pixi.lock")
-    for env in envs:
-        path = lockfile.conda_lock_path(root, env)
+def test_render_gives_pixi_locks_packages_for_each_platform(root, locks, tmp_path):
+    every = lockfile.read_pixi_lock_platforms(root / "pixi.lock", pixi_manifest.load(root / "pixi.toml").platforms)
+    for env, named in locks:
+        # the pixi.lock platform this conda-lock file was written from
+        locked = {env: next(lk for lk in every[env] if named in (None, lk.platform))}
+        path = lockfile.conda_lock_path(root, env, named)
         platforms = lockfile.load_yaml(path.read_text())["metadata"]["platforms"]
         assert platforms == ["linux-64"]
         for plat in platforms:
-            out = tmp_path / env / plat
+            out = tmp_path / env / (named or plat)
             out.mkdir(parents=True)
             code, err = conda_lock(["render", "--kind", "explicit", "--kind", "env", "-p", plat, str(path)], out)
             assert code == 0, (env, err)
@@ -179,7 +197,7 @@ def test_the_console_script_agrees(root, conda):
     assert calls(conda) == ["--version"]
 
 
-def test_conda_lockfiles_plugin_detects_the_format(root, envs):
+def test_conda_lockfiles_plugin_detects_the_format(root, locks):
     """conda's conda-lockfiles plugin (what `conda env create --file envs/<env>.conda-lock.yml` asks)
     takes a file as conda-lock v1 only if it validates against its model, whose custom_metadata,
     when present, must carry `created_by` as a string (conda-incubator/conda-lockfiles,
@@ -187,8 +205,8 @@ def test_conda_lockfiles_plugin_detects_the_format(root, envs):
     to reading the file as an environment.yml and creates an empty environment, exit 0."""
     from importlib.metadata import version
 
-    for env in envs:
-        meta = lockfile.load_yaml(lockfile.conda_lock_path(root, env).read_text())["metadata"]
+    for env, plat in locks:
+        meta = lockfile.load_yaml(lockfile.conda_lock_path(root, env, plat).read_text())["metadata"]
         assert meta["custom_metadata"]["created_by"] == f"mmstack {version('mmstack')}", env
         assert all(isinstance(v, str) for v in meta["custom_metadata"].values()), env  # conda-lock: dict[str, str]
         assert meta["platforms"] and all(set(c) == {"url", "used_env_vars"} for c in meta["channels"])

@@ -295,16 +295,19 @@ def test_content_hash_fixture_covers_the_committed_environments():
     manifest or to the env.yml spellings means re-recording with conda-lock."""
     from mmstack.envs.lock import _conda_spec, virtual_packages
 
-    cases = {c["env"]: c for c in json.loads(CONTENT_HASH_FIXTURE.read_text())["cases"]}
+    cases = {(c["env"], c.get("platform")): c for c in json.loads(CONTENT_HASH_FIXTURE.read_text())["cases"]}
     manifest, facts = load_manifest(REPO / "pixi.toml"), load_facts()
-    for gen in facts.generation:
-        env = manifest.envs[gen.env]
-        (plat,) = env.platforms
-        case = cases[gen.env]
-        assert case["dependencies"] == [_conda_spec(s) for s in env.specs], gen.env
+    # every generation's environment, and the gpu environment once per platform (one conda-lock file each)
+    wanted = [(gen.env, None, manifest.envs[gen.env].platforms[0]) for gen in facts.generation]
+    wanted += [("gpu", plat.name, plat) for plat in manifest.envs["gpu"].platforms]
+    for name, which, plat in wanted:
+        env = manifest.envs[name]
+        assert which is not None or len(env.platforms) == 1
+        case = cases[(name, which)]
+        assert case["dependencies"] == [_conda_spec(s) for s in env.specs], name
         assert case["channels"] == list(env.channels)
         assert case["virtual_package_spec"] == lockfile.conda_lock_virtual_package_spec(
-            plat.subdir, virtual_packages(env, plat, facts)), gen.env
+            plat.subdir, virtual_packages(env, plat, facts)), (name, which)
 
 
 @pytest.mark.parametrize("umask", [0o022, 0o027, 0o002])
@@ -326,7 +329,7 @@ def test_lock_aliases_follow_pixi_toml_order():
     manifest = load_manifest(REPO / "pixi.toml")
     rich = [p.name for p in manifest.platforms if p.name != p.subdir]
     assert manifest.lock_aliases() == {name: f"p{i}" for i, name in enumerate(rich, 1)}
-    assert "linux-64" not in manifest.lock_aliases() and rich[0] == "linux-64-rtx3090"
+    assert "linux-64" not in manifest.lock_aliases() and rich[0] == "linux-64-rtx5090"  # highest arch first (pixi.toml says why)
 
 
 def test_platform_identity_ignores_defaults_order_and_zero_builds():

@@ -127,12 +127,13 @@ def test_cuda13_mmcv_cannot_be_solved_for_a_cuda_129_generation(channel):
 def test_lock_one_environment_keeps_the_others(locked_repo, channel, tmp_path, capsys):
     root = tmp_path / "r"
     shutil.copytree(locked_repo, root)
-    before = lockfile.read_pixi_lock(root / "pixi.lock")
+    before = lockfile.read_pixi_lock_platforms(root / "pixi.lock")
     assert run_lock(root=root, envs=["b200"], channels=[channel]) == 0
     assert "b200: unchanged" in capsys.readouterr().out
-    after = lockfile.read_pixi_lock(root / "pixi.lock")
-    assert {n: [p.label for p in e.packages] for n, e in after.items()} == \
-        {n: [p.label for p in e.packages] for n, e in before.items()}
+    after = lockfile.read_pixi_lock_platforms(root / "pixi.lock")
+    # every platform of every environment (gpu's six too) as it was
+    assert {(n, e.platform): [p.label for p in e.packages] for n, es in after.items() for e in es} == \
+        {(n, e.platform): [p.label for p in e.packages] for n, es in before.items() for e in es}
 
 
 def test_facts_change_makes_the_generation_stale(locked_repo, channel):

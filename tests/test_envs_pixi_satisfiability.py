@@ -116,9 +116,11 @@ def test_a_symlinked_channel_is_named_as_pixi_names_it(tmp_path):
 
 
 def test_no_platform_the_environment_does_not_have(manifest, locked):
-    """AdditionalPlatformsInLockFile: each environment is locked for its one platform only."""
+    """AdditionalPlatformsInLockFile: each environment is locked for its own platforms only (one, or
+    for `gpu` each generation's)."""
     for name, env in locked.items():
-        assert env.other_platforms == () and env.platform in {p.name for p in manifest.envs[name].platforms}, name
+        names = [p.name for p in manifest.envs[name].platforms]
+        assert env.platform == names[0] and sorted(o[0] for o in env.other_platforms) == sorted(names[1:]), name
         assert policy.pixi_env_problems(manifest.envs[name], env, manifest.pixi_lock_channels()) == [], name
     cpu = replace(locked["cpu"], other_platforms=(("osx-arm64", "osx-arm64", ()),))
     (p,) = policy.pixi_env_problems(manifest.envs["cpu"], cpu, manifest.pixi_lock_channels())
@@ -130,10 +132,11 @@ def test_platform_definitions_match_by_identity(root, manifest, locked):
     has its manifest platform's subdir and customised virtual packages; an edited arch is stale."""
     raw = {p["name"] for p in lockfile.load_yaml((root / "pixi.lock").read_text())["platforms"]}
     assert raw == {"linux-64", "p1", "p2", "p3", "p4", "p5", "p6"}
-    for name, env in locked.items():
-        (plat,) = manifest.envs[name].platforms
-        assert env.platform == plat.name
-        assert pixi_manifest.platform_identity(env.subdir, env.virtual_packages) == plat.identity(), name
+    every = lockfile.read_pixi_lock_platforms(root / "pixi.lock", manifest.platforms)
+    for name, envs in every.items():
+        assert [e.platform for e in envs] == [p.name for p in manifest.envs[name].platforms], name
+        for env, plat in zip(envs, manifest.envs[name].platforms, strict=True):
+            assert pixi_manifest.platform_identity(env.subdir, env.virtual_packages) == plat.identity(), (name, plat.name)
     edited = root.parent / "edited"
     shutil.copytree(root, edited)
     text = (edited / "pixi.toml").read_text()  # the lock's ./channel is the copy's: no machine path in it

@@ -38,7 +38,7 @@ def run_lock(*, root: Path = Path("."), envs: list[str] | None = None, channels:
     names = lock.selected_envs(inputs.manifest, envs)
     require_reachable(inputs.channels, option="--channel")
     lock_path = root / lockfile.PIXI_LOCK
-    old = lockfile.read_pixi_lock(lock_path, inputs.manifest.platforms) if lock_path.is_file() else {}
+    old = lockfile.read_pixi_lock_platforms(lock_path, inputs.manifest.platforms) if lock_path.is_file() else {}
     report.info(f"solving {len(names)} environment(s) against {', '.join(inputs.channels)}")
     watch = progress.steps_on_stderr("lock", quiet=quiet)
     try:
@@ -50,14 +50,22 @@ def run_lock(*, root: Path = Path("."), envs: list[str] | None = None, channels:
     files, all_envs = lock.lock_files(inputs, solved, old, ymls)
     lockfile.write_atomically(files)
 
-    if as_json:  # stdout for CI: what was written and each solved environment's packages
+    if as_json:  # stdout for CI: what was written and each solved environment's packages (per platform where several)
         report.print_json({"ok": True, "written": sorted(str(Path(f).relative_to(root)) for f in files),
-                           "environments": {name: {"platform": plat.name, "packages": len(records)}
-                                            for name, (plat, _, records) in solved.items()}})
+                           "environments": {name: ({"platform": per_env[0][0].name, "packages": len(per_env[0][2])}
+                                                   if len(per_env) == 1 else
+                                                   {"platforms": {plat.name: {"packages": len(records)}
+                                                                  for plat, _, records in per_env}})
+                                            for name, per_env in solved.items()}})
     else:
-        for name, (plat, chans, records) in solved.items():
-            _print_changes(name, old.get(name), lock.locked_env(name, plat, chans, records))
-    report.info(f"wrote {lock_path.name} ({len(all_envs)} environments: {', '.join(all_envs)}) and {len(solved)} envs/*.conda-lock.yml")
+        for name, per_env in solved.items():
+            before = {lk.platform: lk for lk in old.get(name, ())}
+            for plat, chans, records in per_env:
+                label = name if len(per_env) == 1 else f"{name} on {plat.name}"
+                prev = before.get(plat.name) if len(per_env) > 1 else next(iter(old.get(name, ())), None)
+                _print_changes(label, prev, lock.locked_env(name, plat, chans, records))
+    n_cl = sum(len(per_env) for per_env in solved.values())
+    report.info(f"wrote {lock_path.name} ({len(all_envs)} environments: {', '.join(all_envs)}) and {n_cl} envs/*.conda-lock.yml")
     return 0
 
 

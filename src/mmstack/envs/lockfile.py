@@ -18,7 +18,7 @@ import json
 import os
 import re
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -91,13 +91,20 @@ class LockedEnv:
 
 
 def read_pixi_lock(path: Path, platforms: tuple[Platform, ...] | None = None) -> dict[str, LockedEnv]:
+    """Every environment in a pixi.lock, each read for one platform (`read_pixi_lock_platforms`'s first)."""
+    return {name: envs[0] for name, envs in read_pixi_lock_platforms(path, platforms).items()}
+
+
+def read_pixi_lock_platforms(path: Path, platforms: tuple[Platform, ...] | None = None) -> dict[str, tuple[LockedEnv, ...]]:
     """Every environment in a pixi.lock; a file rattler cannot read is a BadInput naming it.
 
     With the manifest's `platforms`, locked platform names are aligned to the manifest's by
     identity (see `platform_renames`), so a lock in pixi's form (`p1`, `p2`, ...) and one with the
     full names read the same. An environment locked for several platforms (pixi's own locks) is
-    read for the first of them the manifest declares; the rest stay in `other_platforms`, for the
-    policy to flag (mmstack locks one platform per environment)."""
+    read for each of them, the first the manifest declares first; each LockedEnv names the others in
+    `other_platforms` (for the policy: a platform the environment lacks is pixi's
+    AdditionalPlatformsInLockFile; mmstack locks several only for an environment whose platforms
+    all declare `__cuda`, pixi.toml's `gpu`)."""
     path = Path(path)
     try:
         lf = load_pixi_lock(path)
@@ -105,17 +112,19 @@ def read_pixi_lock(path: Path, platforms: tuple[Platform, ...] | None = None) ->
         lock_platforms = {p.name: (str(p.subdir), tuple(p.virtual_packages)) for p in lf.platforms()}
         renames = platform_renames(lock_platforms, platforms) if platforms is not None else {}
         order = {p.name: i for i, p in enumerate(platforms or ())}
-        envs: dict[str, LockedEnv] = {}
+        envs: dict[str, tuple[LockedEnv, ...]] = {}
         for name, env in lf.environments():
             plats = env.platforms()
             if not plats:  # `packages: {}`: an environment with nothing to install, valid for pixi
-                envs[name] = LockedEnv(name=name, platform="", subdir="", virtual_packages=(),
-                                       channels=tuple(str(getattr(c, "url", c)) for c in env.channels()),
-                                       packages=(), options=options.get(name, ()))
+                envs[name] = (LockedEnv(name=name, platform="", subdir="", virtual_packages=(),
+                                        channels=tuple(str(getattr(c, "url", c)) for c in env.channels()),
+                                        packages=(), options=options.get(name, ())),)
                 continue
-            first = min(range(len(plats)), key=lambda i: order.get(renames.get(plats[i].name, plats[i].name), len(order) + i))
-            envs[name] = _locked_env(name, env, plats[first], [q for i, q in enumerate(plats) if i != first],
-                                     options.get(name, ()), renames)
+            # the manifest's order, else by name: rattler lists an environment's platforms in no fixed order
+            ranked = sorted(range(len(plats)), key=lambda i: (order.get(renames.get(plats[i].name, plats[i].name), len(order)),
+                                                              renames.get(plats[i].name, plats[i].name)))
+            envs[name] = tuple(_locked_env(name, env, plats[i], [q for j, q in enumerate(plats) if j != i],
+                                           options.get(name, ()), renames) for i in ranked)
         return envs
     except BadInput:
         raise
@@ -198,8 +207,10 @@ def _locked_options(path: Path) -> dict[str, tuple[tuple[str, str], ...]]:
     return out
 
 
-def build_pixi_lock(envs: dict[str, tuple[Platform, list[str], list]], aliases: dict[str, str] | None = None):
-    """A rattler LockFile: env name -> (platform, channel URLs as pixi resolves pixi.toml's, rattler records).
+def build_pixi_lock(envs: Mapping[str, tuple[Platform, list[str], list] | list[tuple[Platform, list[str], list]]],
+                    aliases: dict[str, str] | None = None):
+    """A rattler LockFile: env name -> (platform, channel URLs as pixi resolves pixi.toml's, rattler
+    records), or a list of those for an environment solved on several platforms (one channel list).
 
     As pixi writes it: a platform that is not a bare subdir is named by its alias (`p1`, `p2`, ...
     from `Manifest.lock_aliases`), its virtual packages are the declared ones plus the subdir's
@@ -207,32 +218,37 @@ def build_pixi_lock(envs: dict[str, tuple[Platform, list[str], list]], aliases: 
     from rattler import LockChannel, LockFile, LockPlatform, Subdir
 
     aliases = aliases or {}
+    solves = {name: (v if isinstance(v, list) else [v]) for name, v in sorted(envs.items())}
     plats: dict[str, LockPlatform] = {}
-    for _, (plat, _, _) in sorted(envs.items()):
-        if plat.name not in plats:
-            name = aliases.get(plat.name, plat.name)
-            subdir = None if name == plat.subdir else Subdir(plat.subdir)
-            plats[plat.name] = LockPlatform(name, subdir=subdir, virtual_packages=plat.lock_strings())
+    for plat in (plat for per_env in solves.values() for plat, _, _ in per_env):
+        if plat.name in plats:
+            continue
+        name = aliases.get(plat.name, plat.name)
+        subdir = None if name == plat.subdir else Subdir(plat.subdir)
+        plats[plat.name] = LockPlatform(name, subdir=subdir, virtual_packages=plat.lock_strings())
     lf = LockFile(list(plats.values()))
-    for name, (plat, channels, records) in sorted(envs.items()):
+    for name, per_env in solves.items():
         # pixi writes each channel as its base URL with the trailing slash
         # (pixi_core lock_file/update.rs: `channel.into_base_url(..).to_string()`)
-        lf.set_channels(name, [LockChannel(c.rstrip("/") + "/") for c in channels])
-        lp = plats[plat.name]
-        for r in sorted(records, key=lambda r: r.name.normalized):
-            lf.add_conda_package(name, lp, r)
+        lf.set_channels(name, [LockChannel(c.rstrip("/") + "/") for c in per_env[0][1]])
+        for plat, _, records in per_env:
+            lp = plats[plat.name]
+            for r in sorted(records, key=lambda r: r.name.normalized):
+                lf.add_conda_package(name, lp, r)
     return lf
 
 
 # -- conda-lock v1 -------------------------------------------------------------------------------
 
 
-def conda_lock_path(root: Path, env: str) -> Path:
-    return Path(root) / ENVS_DIR / f"{env}.conda-lock.yml"
+def conda_lock_path(root: Path, env: str, platform: str | None = None) -> Path:
+    """envs/<env>.conda-lock.yml; with `platform` (an environment locked on several platforms of one
+    subdir, which one conda-lock file cannot hold apart) envs/<env>.<platform>.conda-lock.yml."""
+    return Path(root) / ENVS_DIR / f"{env}{'.' + platform if platform else ''}.conda-lock.yml"
 
 
-def vp_spec_path(root: Path, env: str) -> Path:
-    return Path(root) / ENVS_DIR / f"{env}.virtual-packages.yml"
+def vp_spec_path(root: Path, env: str, platform: str | None = None) -> Path:
+    return Path(root) / ENVS_DIR / f"{env}{'.' + platform if platform else ''}.virtual-packages.yml"
 
 
 def env_yml_path(root: Path, env: str) -> Path:

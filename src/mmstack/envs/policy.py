@@ -14,6 +14,7 @@ Two groups:
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import re
 from dataclasses import dataclass
@@ -104,7 +105,9 @@ def manifest_problems(manifest: Manifest, facts: Facts, matrix: list[Variant]) -
                                     f'requires-pixi = ">={fixed}" in [workspace], then `mmstack ci generate`'))
     gens = {g.env for g in facts.generation}
     for spec in manifest.envs.values():
-        if spec.name not in gens and len(spec.platforms) != 1:
+        if spec.name not in gens and is_multi_gpu_env(spec):
+            problems += _multi_gpu_env_problems(spec, facts, src)
+        elif spec.name not in gens and len(spec.platforms) != 1:
             implicit = " (pixi's implicit default environment: the default feature on every platform)" \
                 if spec.name == pixi_manifest.DEFAULT_ENV else ""
             problems.append(Problem(spec.name, "-", "one-platform",
@@ -120,6 +123,44 @@ def manifest_problems(manifest: Manifest, facts: Facts, matrix: list[Variant]) -
             continue
         problems += _env_pins(manifest.envs[env], pins, src)
     return problems
+
+
+def is_multi_gpu_env(env: EnvSpec) -> bool:
+    """An environment over several platforms that all declare `__cuda` (pixi.toml's `gpu`):
+    `mmstack lock` solves it once per platform and `platform_mmcv_problems` holds each one's mmcv."""
+    return len(env.platforms) > 1 and all(p.vp("__cuda") for p in env.platforms)
+
+
+def _multi_gpu_env_problems(env: EnvSpec, facts: Facts, src: str) -> list[Problem]:
+    """A multi-generation environment reaches every GPU generation's platform, pins no generation's
+    mmcv, and has its platforms declared from the highest `__cuda_arch` down: pixi installs the first
+    declared platform a machine meets (prefix-dev/pixi at 2b25fc76, Environment::best_declared_platform,
+    crates/pixi_core/src/workspace/environment.rs:164-230, and Workspace::possible_pixi_platforms,
+    crates/pixi_manifest/src/workspace.rs:150-202: declaration order, each declared virtual package
+    met at a version >= it), so another order gives a machine a lower generation's build."""
+    out: list[Problem] = []
+    names = [p.name for p in env.platforms]
+    missing = [generation_platform_name(g.env) for g in facts.generation
+               if g.is_gpu and generation_platform_name(g.env) not in names]
+    if missing:
+        out.append(Problem(env.name, "-", "manifest-drift",
+                           f"{src}: environment {env.name!r} spans {', '.join(names)}; the facts' GPU generations also have"
+                           f" {', '.join(missing)}", f"add {', '.join(missing)} to the `platforms` of its feature"))
+    archs = [(p.name, p.vp("__cuda_arch")) for p in env.platforms]
+    keyed = [version_key(a) if a else (0,) for _, a in archs]
+    if any(a <= b for a, b in itertools.pairwise(keyed)):
+        want = [n for _, n in sorted(((k, n) for k, (n, _) in zip(keyed, archs, strict=True)), key=lambda x: x[0], reverse=True)]
+        order = ", ".join(f"{n} ({a or '-'})" for n, a in archs)
+        out.append(Problem(env.name, "-", "platform-order",
+                           f"{src}: the platforms of {env.name!r} are declared in the order {order};"
+                           " pixi installs the first one a machine meets, so a GPU would get a lower generation's build",
+                           f"declare them in workspace.platforms from the highest arch down: {', '.join(want)}"))
+    for s in env.specs_named("mmcv"):
+        if s.build and "_sm" in s.build:
+            out.append(Problem(env.name, "mmcv", "manifest-drift",
+                               f"{src}: mmcv build {s.build!r} pins one generation in an environment over several",
+                               f'mmcv = "2.2.0.*" in feature {s.feature}: the solver picks per platform'))
+    return out
 
 
 def _env_pins(env: EnvSpec, pins: Pins, src: str) -> list[Problem]:
