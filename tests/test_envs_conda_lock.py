@@ -94,9 +94,10 @@ def conda_lock(args: list[str], cwd: Path) -> tuple[int, str]:
 
 
 def check_args(env: str, conda: Path, platform: str | None = None) -> list[str]:
-    """The command envs/<env>.yml prints (one per platform for `gpu`), with `--conda` for the offline stand-in."""
+    """The command envs/<env>.yml prints (envs/gpu.<platform>.yml for each platform of `gpu`), with
+    `--conda` for the offline stand-in: the same for every stem, as CI's loop runs it."""
     stem = f"{env}.{platform}" if platform else env
-    return ["lock", "--check-input-hash", "--conda", str(conda), "-f", f"envs/{env}.yml", "-p", "linux-64",
+    return ["lock", "--check-input-hash", "--conda", str(conda), "-f", f"envs/{stem}.yml", "-p", "linux-64",
             "--virtual-package-spec", f"envs/{stem}.virtual-packages.yml", "--lockfile", f"envs/{stem}.conda-lock.yml"]
 
 
@@ -104,10 +105,10 @@ def test_every_environment_has_its_conda_lock_files(root, envs, locks):
     assert len(envs) == 12 and "default" in envs and "gpu" in envs
     assert len(locks) == 17 and sum(1 for e, _ in locks if e == "gpu") == 6
     for env, plat in locks:
-        for path in (lockfile.env_yml_path(root, env), lockfile.conda_lock_path(root, env, plat),
+        for path in (lockfile.env_yml_path(root, env, plat), lockfile.conda_lock_path(root, env, plat),
                      lockfile.vp_spec_path(root, env, plat)):
             assert path.is_file(), path
-        yml = lockfile.env_yml_path(root, env).read_text()
+        yml = lockfile.env_yml_path(root, env, plat).read_text()
         assert " ".join(check_args(env, Path("X"), plat)).replace("--conda X ", "") in yml, env  # the yml says how to check it
 
 
@@ -125,12 +126,13 @@ def test_check_input_hash_reads_the_source_from_the_lock(root, locks, conda):
     can read (pixi.toml it cannot)."""
     for env, plat in locks:
         doc = lockfile.load_yaml(lockfile.conda_lock_path(root, env, plat).read_text())
-        assert doc["metadata"]["sources"] == [f"{env}.yml"]
+        source = lockfile.env_yml_path(Path(), env, plat).name
+        assert doc["metadata"]["sources"] == [source]
         code, err = conda_lock(["lock", "--check-input-hash", "--conda", str(conda), "-p", "linux-64",
                                 "--virtual-package-spec", lockfile.vp_spec_path(Path(), env, plat).name,
                                 "--lockfile", lockfile.conda_lock_path(Path(), env, plat).name],
                                root / "envs")
-        assert code == 0 and SKIPPED in err and f"Using source files ['{env}.yml']" in err, (env, plat, err)
+        assert code == 0 and SKIPPED in err and f"Using source files ['{source}']" in err, (env, plat, err)
     assert set(calls(conda)) == {"--version"}
 
 
@@ -141,7 +143,7 @@ def test_channels_are_the_ymls_as_conda_lock_compares_them(root, locks):
 
     for env, plat in locks:
         lock = parse_conda_lock_file(lockfile.conda_lock_path(root, env, plat))
-        spec = make_lock_spec(src_files=[lockfile.env_yml_path(root, env)], platform_overrides=["linux-64"],
+        spec = make_lock_spec(src_files=[lockfile.env_yml_path(root, env, plat)], platform_overrides=["linux-64"],
                               mapping_url="unused: no PyPI dependencies")
         assert lock.metadata.channels == spec.channels and [c.url for c in spec.channels] == ["./channel", "conda-forge"], env
 

@@ -48,11 +48,17 @@ def test_committed_pixi_toml_agrees_with_facts_and_matrix(matrix):
 
 
 def test_committed_env_ymls_are_what_pixi_toml_gives():
-    """One per environment pixi has (default and the tooling ones too: each conda-lock file's source)."""
+    """One per environment pixi has (default and the tooling ones too: each conda-lock file's source),
+    and for `gpu` one more per platform (envs/gpu.<platform>.yml: each platform's lock's source)."""
+    from mmstack.envs.lock import yml_platforms
+
     manifest, facts = load_manifest(REPO / "pixi.toml"), load_facts()
-    assert {p.name.removesuffix(".yml") for p in (REPO / "envs").glob("*.yml")} == set(manifest.envs)
-    for env in manifest.envs:
-        assert (REPO / "envs" / f"{env}.yml").read_text() == render_env_yml(manifest.envs[env], facts), env
+    want = {(e, p.name if p else None) for e in manifest.envs for p in yml_platforms(manifest.envs[e])}
+    assert {p.name for p in (REPO / "envs").glob("*.yml")} == {lockfile.env_yml_path(REPO, e, p).name for e, p in want}
+    assert len(want) == len(manifest.envs) + len(manifest.envs["gpu"].platforms)
+    for env, plat in sorted(want, key=str):
+        platform = next((p for p in manifest.platforms if p.name == plat), None)
+        assert lockfile.env_yml_path(REPO, env, plat).read_text() == render_env_yml(manifest.envs[env], facts, platform), env
 
 
 def test_no_lock_is_one_rule_for_check_and_lock_check(repo, capsys):

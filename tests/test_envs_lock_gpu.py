@@ -84,6 +84,18 @@ def test_each_platform_of_the_gpu_lock_holds_that_platforms_build(root, facts, m
     assert collect_problems(root=root, channels=[channel(root)])[0] == []
 
 
+def test_every_conda_lock_file_has_its_yml_and_virtual_packages_beside_it(root):
+    """The convention the generated locks workflow loops on (`for lock in envs/*.conda-lock.yml`:
+    `-f envs/<stem>.yml --virtual-package-spec envs/<stem>.virtual-packages.yml`): gpu's six locks
+    keep it, each from its platform's yml."""
+    stems = [p.name.removesuffix(".conda-lock.yml") for p in sorted((root / "envs").glob("*.conda-lock.yml"))]
+    assert len([s for s in stems if s.startswith("gpu.")]) == 6 and "gpu" not in stems
+    for stem in stems:
+        assert (root / "envs" / f"{stem}.yml").is_file() and (root / "envs" / f"{stem}.virtual-packages.yml").is_file(), stem
+        meta = lockfile.load_yaml((root / "envs" / f"{stem}.conda-lock.yml").read_text())["metadata"]
+        assert meta["sources"] == [f"{stem}.yml"], stem
+
+
 def _swap_mmcv(lock_text: str, alias: str, mmcv_file: str) -> str:
     """pixi.lock with the gpu environment's mmcv on platform `alias` replaced by `mmcv_file`."""
     lines = lock_text.splitlines(keepends=True)

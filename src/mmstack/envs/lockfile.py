@@ -251,8 +251,8 @@ def vp_spec_path(root: Path, env: str, platform: str | None = None) -> Path:
     return Path(root) / ENVS_DIR / f"{env}{'.' + platform if platform else ''}.virtual-packages.yml"
 
 
-def env_yml_path(root: Path, env: str) -> Path:
-    return Path(root) / ENVS_DIR / f"{env}.yml"
+def env_yml_path(root: Path, env: str, platform: str | None = None) -> Path:
+    return Path(root) / ENVS_DIR / f"{env}{'.' + platform if platform else ''}.yml"
 
 
 def conda_lock_document(*, env: LockedEnv, channels: list[str], sources: list[str], digests: dict[str, str],
