@@ -257,18 +257,30 @@ def digest(data) -> str:
 def input_digests(env: EnvSpec, facts: Facts, matrix: list[Variant]) -> dict[str, str]:
     """What one environment's lock was solved from, per input file."""
     gen = _gen(facts, env.name)
+    if gen is None and is_multi_gpu_env(env):
+        # `gpu`: every generation whose platform it spans, and the matrix rows serving any of them
+        names = {p.name for p in env.platforms}
+        gens = [g for g in facts.generation if generation_platform_name(g.env) in names]
+        serving = [v.as_dict() for v in matrix if any(g.env in v.envs for g in gens)]
+        return {"mmstack_manifest": env.digest(), "mmstack_matrix": digest(serving),
+                "mmstack_facts": digest([_facts_row(g, facts) for g in gens])}
     serving = [v.as_dict() for v in matrix if env.name in v.envs]
-    row = tk = None
-    if gen is not None:  # the fields that steer the solve and the rules, not prose or sources
-        row = {"env": gen.env, "compute_capability": gen.compute_capability, "cuda": gen.cuda}
-        if gen.is_gpu:
-            t = facts.toolkit(gen.cuda)
-            tk = {"version": t.version, "sass": list(t.sass), "min_driver": t.min_driver}
+    row, tk = _facts_row(gen, facts) if gen is not None else (None, None)
     return {
         "mmstack_manifest": env.digest(),
         "mmstack_matrix": digest(serving),
         "mmstack_facts": digest({"generation": row, "toolkit": tk}),
     }
+
+
+def _facts_row(gen: Generation, facts: Facts) -> tuple[dict, dict | None]:
+    """The fields of a generation and its toolkit that steer the solve and the rules (not prose or sources)."""
+    row = {"env": gen.env, "compute_capability": gen.compute_capability, "cuda": gen.cuda}
+    tk = None
+    if gen.is_gpu:
+        t = facts.toolkit(gen.cuda)
+        tk = {"version": t.version, "sass": list(t.sass), "min_driver": t.min_driver}
+    return row, tk
 
 
 _DIGEST_FILES = {"mmstack_manifest": "pixi.toml", "mmstack_matrix": "conda_build_config.yaml",
