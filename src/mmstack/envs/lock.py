@@ -242,9 +242,13 @@ def solve_envs(inputs: Inputs, names: list[str], *, on_env: Callable[[int, int, 
             plats = (solve_env(env, inputs.facts, inputs.channels, gateway=gateway)[0],)  # BadInput: several platforms
         solved[name] = [(plat, lock_channels, solve_platform(env, plat, inputs.facts, inputs.channels, gateway=gateway))
                         for plat in plats]
-        on = ", ".join(f"{plat.name} {len(records)}" for plat, _, records in solved[name])
-        report.info(f"[{i}/{len(names)}] {name}: {len(env.specs)} specs; packages on {on}"
-                    f" in {time.perf_counter() - t0:.2f}s")
+        if len(solved[name]) == 1:
+            ((plat, _, records),) = solved[name]
+            on = f"on {plat.name}, {len(records)} packages"
+        else:
+            on = f"on {len(solved[name])} platforms, packages " + ", ".join(f"{plat.name} {len(records)}"
+                                                                           for plat, _, records in solved[name])
+        report.info(f"[{i}/{len(names)}] {name}: {len(env.specs)} specs {on} in {time.perf_counter() - t0:.2f}s")
     return solved
 
 
