@@ -58,9 +58,9 @@ def runner_key(v: Variant) -> str:
 
 
 def job_name(v: Variant) -> str:
-    """`py3.11 cuda12.9 sm89 (rtx4090)`, `py3.11 cpu (cpu)`, `py3.11 cuda12.9 all (plain install)`."""
+    """`py3.11 cuda12.9 sm89 (rtx4090)`, `py3.11 cpu (cpu)`, `py3.11 cuda12.9 all (any GPU)`."""
     build = "cpu" if v.cuda is None else f"cuda{v.cuda} {v.arch_tag}"
-    return f"py{v.python} {build} ({', '.join(v.envs) or 'plain install'})"
+    return f"py{v.python} {build} ({', '.join(v.envs) or 'any GPU'})"
 
 
 def github_matrix(variants: list[Variant], *, config_path: Path) -> dict:

@@ -214,7 +214,7 @@ def run_matrix(*, fmt: str, config: Path) -> int:
     else:
         report.print_table(
             ["python", "pytorch", "CUDA", "arch list", "build string", "serves env"],
-            [(v.python, v.pytorch, v.cuda or "-", v.arch_list, v.build_string_glob, ", ".join(v.envs) or "(plain install)")
+            [(v.python, v.pytorch, v.cuda or "-", v.arch_list, v.build_string_glob, ", ".join(v.envs) or "(any GPU: the install without __cuda_arch)")
              for v in matrix],
             title=f"{len(matrix)} variants from {config}",
         )
