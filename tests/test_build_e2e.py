@@ -176,7 +176,14 @@ def test_the_package_holds_the_compiled_ops(built_channel):
 
 
 def _json_document(lines: list[str]) -> dict:
-    """The first top-level JSON object printed in a test's output (`mmstack verify --json`)."""
+    """The first top-level JSON object printed in a test's output (`mmstack verify --json`).
+
+    The engine reads the script's stdout and stderr on separate pipes and logs their lines as they
+    come, so a result line written to stderr (`report.result_line`, the ladder's) can land inside
+    the JSON printed on stdout, even with stdout flushed first: those lines are left out."""
+    from mmstack import report
+
+    lines = [line for line in lines if report.parse_result_line(line) is None]
     start = next(i for i, line in enumerate(lines) if line.strip() == "{")
     depth = 0
     for end in range(start, len(lines)):
