@@ -109,7 +109,7 @@ def standin_yaml(standin: Path) -> str:
     gcc = stand_in_gcc_major(standin)
     return ('python:\n  - "3.11"\ncuda_compiler_version:\n  - None\nc_stdlib_version:\n  - "2.17"\n'
             f'c_compiler_version:\n  - "{gcc}"\ncxx_compiler_version:\n  - "{gcc}"\n'
-            "mmcv_arch_list:\n  - none\narch_tag:\n  - cpu\n")
+            "mmcv_arch_list:\n  - none\narch_tag:\n  - cpu\ncuda_arch_min:\n  - none\nmmcv_priority:\n  - 0\n")
 
 
 def offline_recipe(dest: Path) -> Path:
