@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from support import fake_channel, page_channel
 from support.cli import mmstack
+from support.probe_package import build_probe
 
 from mmstack.builder import receipt
 from mmstack.builder.channel import add_packages
@@ -173,19 +174,7 @@ FAILS = """\
 
 
 def _probe(tmp_path: Path, *, failing: bool, test: bool) -> tuple[Path, Path, Path]:
-    pytest.importorskip("rattler_build")
-    recipe = tmp_path / "recipe"
-    recipe.mkdir()
-    (recipe / "recipe.yaml").write_text(PROBE.replace("{extra}", FAILS if failing else ""))
-    empty = tmp_path / "empty"
-    (empty / "noarch").mkdir(parents=True)
-    assert mmstack("channel", "index", str(empty), "--quiet")[0] == 0
-    channel = tmp_path / "channel"
-    code, out, err = mmstack("build", "--root", str(ROOT), "--recipe", str(recipe), *([] if test else ["--no-test"]),
-                             "--channel", str(channel), "--source-channel", str(empty), "--quiet", "--json")
-    assert code == 0, err
-    (p,) = json.loads(out)["packages"]
-    return Path(p["path"]), channel, empty
+    return build_probe(tmp_path, PROBE.replace("{extra}", FAILS if failing else ""), test=test)
 
 
 def test_build_with_tests_and_test_after_a_pass_write_the_receipt(tmp_path):

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from support.cli import mmstack
+from support.probe_package import build_probe
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -39,20 +40,7 @@ FAILING = """\
 
 
 def _build(tmp_path: Path, *, failing: bool) -> tuple[Path, Path, Path]:
-    pytest.importorskip("rattler_build")
-    recipe = tmp_path / "recipe"
-    recipe.mkdir()
-    (recipe / "recipe.yaml").write_text(RECIPE.format(extra=FAILING if failing else ""))
-    empty = tmp_path / "empty"
-    (empty / "noarch").mkdir(parents=True)
-    assert mmstack("channel", "index", str(empty), "--quiet")[0] == 0
-    channel = tmp_path / "channel"
-    code, out, err = mmstack("build", "--root", str(ROOT), "--recipe", str(recipe), "--no-test", "--channel",
-                             str(channel), "--source-channel", str(empty), "--quiet", "--json")
-    assert code == 0, err
-    (pkg,) = [Path(p["path"]) for p in json.loads(out)["packages"]]
-    assert pkg.is_file() and pkg.parent.parent == channel.resolve()
-    return pkg, channel, empty
+    return build_probe(tmp_path, RECIPE.format(extra=FAILING if failing else ""), test=False)
 
 
 def test_test_runs_the_section_a_no_test_build_skipped(tmp_path):

@@ -31,6 +31,15 @@ def _with_variants(root: Path, recipes: tuple[str, ...]) -> list[str]:
     return [r for r in recipes if len(render(recipe_dir=recipe_path(root, r), variant_config=config)) > 1]
 
 
+def _watch(quiet: bool) -> progressmod.BuildWatch | None:
+    """The stderr progress display of build and test (None with --quiet), its ticker started."""
+    if quiet:
+        return None
+    watch = progressmod.for_stderr(report.err_console(), report.info, tty=report.err_console().is_terminal)
+    watch.run_ticker()
+    return watch
+
+
 def run_build_cmd(*, root: Path, channel: Path, env: str | None, build_all: bool,
                   recipes: list[str] | None, extra_channels: list[str] | None, test: bool,
                   as_json: bool, variant: list[str] | None = None, keep_build: bool = False,
@@ -61,9 +70,7 @@ def run_build_cmd(*, root: Path, channel: Path, env: str | None, build_all: bool
     require_reachable(sources, option="--source-channel")
     if work_dir is not None:
         work_dir.mkdir(parents=True, exist_ok=True)
-    watch = None if quiet else progressmod.for_stderr(report.err_console(), report.info, tty=report.err_console().is_terminal)
-    if watch:
-        watch.run_ticker()
+    watch = _watch(quiet)
     built = []
     receipts = Receipts("mmstack build")
     try:
@@ -115,9 +122,7 @@ def run_test_cmd(*, packages: list[Path], channel: Path, extra_channels: list[st
     sources = tuple(extra_channels or DEFAULT_CHANNELS)
     require_reachable(sources, option="--source-channel")
     channels = ([channel] if channel.is_dir() else []) + list(sources)
-    watch = None if quiet else progressmod.for_stderr(report.err_console(), report.info, tty=report.err_console().is_terminal)
-    if watch:
-        watch.run_ticker()
+    watch = _watch(quiet)
     tested = []
     receipts = Receipts("mmstack test")
     try:
