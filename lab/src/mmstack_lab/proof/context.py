@@ -73,19 +73,16 @@ class Run:
     def mm_env(self) -> dict[str, str]:
         return {**os.environ, "PYTHONPATH": self.pythonpath()}
 
-    def lab_env(self, prefix: Path | None = None, *extra: Path) -> dict[str, str]:
-        """A lab tool's environment: lab/src (and `extra`) on PYTHONPATH; with `prefix`, its bin first."""
-        env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONHOME")}
-        env["PYTHONPATH"] = os.pathsep.join(str(p) for p in (*extra, self.root / "lab" / "src"))
-        if prefix is not None:
-            env["PATH"] = f"{prefix / 'bin'}:/usr/local/bin:/usr/bin:/bin"
-        return env
-
     def prefix_env(self, prefix: Path) -> dict[str, str]:
         """An installed prefix as a user has it: its bin first, no PYTHONPATH, no venv."""
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
         env["PATH"] = f"{prefix / 'bin'}:/usr/local/bin:/usr/bin:/bin"
         return env
+
+    def lab_env(self, prefix: Path, *extra: Path) -> dict[str, str]:
+        """A lab tool in an installed prefix: the prefix's environment with lab/src (and `extra`) on PYTHONPATH."""
+        return {**self.prefix_env(prefix),
+                "PYTHONPATH": os.pathsep.join(str(p) for p in (*extra, self.root / "lab" / "src"))}
 
     # --- running -----------------------------------------------------------------------------
     def status(self, message: str) -> None:
