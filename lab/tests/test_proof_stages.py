@@ -74,7 +74,7 @@ def test_a_stage_whose_needs_never_ran_is_refused_before_anything_runs(tmp_path)
     r.work.mkdir()
     assert driver.execute(r, ["mmdet"]) == 2
     status = (r.res / "STATUS").read_text()
-    assert "FAIL plan: mmdet needs standin; mmdet needs mmengine" in status
+    assert "FAIL plan: mmdet needs standin; mmdet needs recipes; mmdet needs mmengine" in status
     assert not list(r.work.iterdir()), "nothing ran"
 
 

@@ -42,10 +42,7 @@ def _standin(r: Run) -> int:
     cmd = [r.py, "-m", "support.bootstrap_cuda", str(r.standin), "--wheels", str(r.carry / "wheels"),
            "--json", str(r.res / "standin.json")]
     env = {**r.mm_env(), "PYTHONPATH": f"{r.site}:{r.root / 'tests'}"}
-    rc = r.sh("standin_log", cmd, env=env, timed="standin_time")
-    if rc == 0:
-        rc = _offline_recipes(r)
-    return rc
+    return r.sh("standin_log", cmd, env=env, timed="standin_time")
 
 
 def _offline_recipes(r: Run) -> int:
@@ -131,28 +128,30 @@ def _ptx_tag(r: Run) -> str:
 
 STAGES_BUILD = (
     Stage("standin", "both", "the conda-forge stand-in channel from this machine's CPython, torch and CUDA "
-          "toolkit (every package says STAND-IN), and offline copies of the recipes", _standin,
+          "toolkit (every package says STAND-IN)", _standin,
           outputs=("standin.json", "standin_time.json")),
+    Stage("recipes", "both", "offline copies of the recipes that download a source (the carried sdists, same "
+          "sha256, as file:// URLs); only builds need them", _offline_recipes, outputs=("offline_recipes.out",)),
     Stage("noarch", "cpu", "recipes/mmstack (noarch), with its tests (CPU-only)",
           lambda r: _build(r, "noarch", r.root / "recipes" / "mmstack", *_noarch_min(r), test=True),
           needs=("standin",), outputs=("build_noarch.json",)),
     Stage("mmengine", "cpu", "recipes/mmengine (noarch: safe checkpoint loading)",
           lambda r: _build(r, "mmengine", r.recipes / "mmengine", *_noarch_min(r)),
-          needs=("standin", "noarch"), outputs=("build_mmengine.json",)),
+          needs=("standin", "recipes", "noarch"), outputs=("build_mmengine.json",)),
     Stage("sm90", "cpu", "recipes/mmcv for this machine's CUDA and sm_90 (the h100 row's arch set)",
-          lambda r: _mmcv(r, "sm90"), needs=("standin", "noarch"),
+          lambda r: _mmcv(r, "sm90"), needs=("standin", "recipes", "noarch"),
           outputs=("build_sm90.json", "units_sm90.json"), docs="build-time"),
     Stage("ptx", "cpu", "recipes/mmcv for '<ptx_arch>+PTX' (runs on the H200 through the driver's JIT)",
           lambda r: _mmcv(r, _ptx_tag(r), "--variant", f"mmcv_arch_list={r.ptx_arch}+PTX",
                           "--variant", f"arch_tag={_ptx_tag(r)}", "--variant", f"cuda_arch_min={r.ptx_arch}"),
-          needs=("standin", "noarch"), outputs=("build_sm*ptx.json",)),
+          needs=("standin", "recipes", "noarch"), outputs=("build_sm*ptx.json",)),
     Stage("fat", "cpu", "recipes/mmcv's fat variant (the stand-in pytorch's arch list)",
           lambda r: _mmcv(r, "fat", "--variant", f"mmcv_arch_list={_fat_arch_list(r)}", "--variant", "arch_tag=all",
                           "--variant", "cuda_arch_min=none", "--variant", "mmcv_priority=1"),
-          needs=("standin", "noarch"), outputs=("build_fat.json", "units_fat.json")),
+          needs=("standin", "recipes", "noarch"), outputs=("build_fat.json", "units_fat.json")),
     Stage("mmdet", "cpu", "recipes/mmdet (noarch; its tests train Faster R-CNN on an mmcv: the test stage)",
           lambda r: _build(r, "mmdet", r.recipes / "mmdet", *_noarch_min(r)),
-          needs=("standin", "mmengine"), outputs=("build_mmdet.json",)),
+          needs=("standin", "recipes", "mmengine"), outputs=("build_mmdet.json",)),
 )
 
 
@@ -325,7 +324,7 @@ STAGES_GPU = (
 STAGES: tuple[Stage, ...] = STAGES_BUILD + STAGES_GPU
 BY_NAME = {s.name: s for s in STAGES}
 # what the two machines run by default: the build machine compiles, the GPU machine tests
-CPU_DEFAULT = ("standin", "noarch", "mmengine", "sm90", "mmdet")
+CPU_DEFAULT = ("standin", "recipes", "noarch", "mmengine", "sm90", "mmdet")
 GPU_DEFAULT = ("standin", "seed", "test", "install90", "ckpt")
 
 
