@@ -230,6 +230,32 @@ def _installptx(r: Run) -> int:
     return _verify_prefix(r, tag, f"mmcv ==2.2.0 cuda*_{tag}_*", "mmdet", "mmstack", f"python {r.facts['python']}.*")
 
 
+def _jit(r: Run) -> int:
+    """What the driver's JIT costs a PTX-only build: first kernel (fresh processes) and the complete L4,
+    with the JIT cache disabled (every launch compiles) and with a cache the first run fills, against
+    the native sm_90 build under the same two settings."""
+    rc_all = 0
+    for tag in (_ptx_tag(r), "sm90"):
+        prefix = r.prefix(tag)
+        if not (prefix / "bin" / "mmstack").exists():
+            r.status(f"jit: no {tag} prefix (run install90 / installptx first)")
+            rc_all = 1
+            continue
+        cache = r.work / f"jitcache-{tag}"
+        shutil.rmtree(cache, ignore_errors=True)
+        for mode, extra in (("cold", {"CUDA_CACHE_DISABLE": "1"}), ("warm", {"CUDA_CACHE_PATH": str(cache)})):
+            env = {**r.lab_env(prefix), **extra}
+            rc_all = r.sh(f"jit_startup_{mode}_{tag}", [str(prefix / "bin" / "python"), "-m",
+                          "mmstack_lab.overhead.bench_startup", "--device", "cuda", "--runs", "5", "--json"],
+                          env=env, timeout=300) or rc_all
+            for run in (1, 2) if mode == "warm" else (1,):
+                rc_all = r.sh(f"jit_l4_{mode}{run}_{tag}", [str(prefix / "bin" / "mmstack"), "verify", "--expect-gpu",
+                              "--levels", "L1,L2,L3,L4", "--l4", "complete", "--json"], env=env, timeout=300,
+                              timed=f"jit_l4_time_{mode}{run}_{tag}") or rc_all
+    r.status(f"jit rc={rc_all}")
+    return rc_all
+
+
 def _lab(r: Run, name: str, module: str, *args: str, timeout: float = 300) -> int:
     """A lab tool in the sm_90 prefix's python, the machine's torchvision on a side path."""
     prefix = r.prefix("sm90")
@@ -301,6 +327,9 @@ STAGES_GPU = (
           outputs=("ckpt_sm90.json",), docs="h200-checkpoints"),
     Stage("installptx", "gpu", "the '<ptx_arch>+PTX' mmcv installed and verified (through the driver's JIT), with "
           "`arch check`'s prediction", _installptx, needs=("seed",), outputs=("verify_installed_sm*ptx.json",)),
+    Stage("jit", "gpu", "what the driver's JIT costs the '<ptx_arch>+PTX' build against native sm_90: first kernel "
+          "in fresh processes and the complete L4, JIT cache off and warm", _jit, needs=("install90", "installptx"),
+          outputs=("jit_startup_*.json", "jit_l4_*.json", "jit_l4_time_*.json")),
     Stage("nmsanatomy", "gpu", "released against patched nms kernels, step by step", lambda r: _lab(
           r, "nms_anatomy", "mmstack_lab.ops.nms_anatomy", "--sdist", str(r.carry / "sdist/mmcv-2.2.0.tar.gz"), "--json",
           timeout=400), needs=("install90",), outputs=("nms_anatomy.json",), docs="h200-nms-anatomy"),
