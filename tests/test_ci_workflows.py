@@ -165,7 +165,7 @@ def test_matrix_change_without_regenerating_fails_check_with_the_fix(repo_copy):
     code, out, err = mmstack("ci", "generate", "--check", "--root", str(repo_copy))
     assert code == 0, err
     include = yaml.safe_load((repo_copy / workflows.BUILD_FILE).read_text())["jobs"]["build"]["strategy"]["matrix"]["include"]
-    assert {job["python"] for job in include} == {"3.11"}
+    assert {job["python"] for job in include} == {"3.10", "3.11", "3.13", "3.14"}
 
 
 def test_hand_edit_and_missing_file_fail_check(repo_copy):

@@ -26,10 +26,21 @@ def test_repo_matrix_is_valid_and_serves_every_generation():
 
 
 def test_each_generation_gets_exactly_one_build_per_python():
+    """Per Python: the migration target's rows serve every environment once; the pin's only the CPU one
+    (its GPU rows are the fat builds, which serve no generation environment)."""
+    from mmstack.facts.pytorch import load_pytorch
+
     m = variants.load_matrix(load(), CONFIG)
+    roles = {r.version: r.role for r in load_pytorch().pytorch}
+    assert sorted({v.python for v in m}) == ["3.10", "3.11", "3.12", "3.13", "3.14"]
+    assert sorted(roles[v.pytorch] for v in m if v.python == "3.13" and v.cuda is None) == ["migration", "pin"]
     for py in {v.python for v in m}:
-        for env in load().envs:
-            assert len([v for v in m if v.python == py and env in v.envs]) == 1
+        for pt, role in roles.items():
+            for env in load().envs:
+                n = len([v for v in m if v.python == py and v.pytorch == pt and env in v.envs])
+                assert n == (1 if role == "migration" or env == "cpu" else 0), (py, pt, env)
+            fat = [v.cuda for v in m if v.python == py and v.pytorch == pt and v.arch_tag == variants.FAT_TAG]
+            assert sorted(fat) == ["12.9", "13.0"], (py, pt)
 
 
 def _config(tmp_path, text):

@@ -58,9 +58,10 @@ def runner_key(v: Variant) -> str:
 
 
 def job_name(v: Variant) -> str:
-    """`py3.11 cuda12.9 sm89 (rtx4090)`, `py3.11 cpu (cpu)`, `py3.11 cuda12.9 all (any GPU)`."""
+    """`py3.11 pytorch2.13 cuda12.9 sm89 (rtx4090)`, `py3.11 pytorch2.12 cpu (cpu)`, `py3.11 pytorch2.13
+    cuda12.9 all (any GPU)`: the pytorch minor too, the matrix builds two (conda-forge's pin and target)."""
     build = "cpu" if v.cuda is None else f"cuda{v.cuda} {v.arch_tag}"
-    return f"py{v.python} {build} ({', '.join(v.envs) or 'any GPU'})"
+    return f"py{v.python} pytorch{v.pytorch} {build} ({', '.join(v.envs) or 'any GPU'})"
 
 
 def github_matrix(variants: list[Variant], *, config_path: Path) -> dict:

@@ -204,9 +204,17 @@ def run_arch_check(*, gpu: str | None, arch_list: str | None, cuda: str | None, 
 def run_matrix(*, fmt: str, config: Path) -> int:
     if fmt not in {"table", "json", "github"}:
         raise BadInput(f"--format {fmt!r} is not one of table, json, github", fix="pass --format table|json|github")
+    from mmstack.errors import CheckFailed
+    from mmstack.facts.pytorch import load_pytorch
+    from mmstack.variants import ci_cost, pytorch_rows
+
     matrix = variants.load_matrix(load(), config)
+    torch_facts = load_pytorch()
+    wrong = pytorch_rows.problems(matrix, torch_facts)
+    if wrong:
+        raise CheckFailed(wrong[0], source=str(config), fix="build against conda-forge's pin or migration target, for the Pythons it is built for (src/mmstack/data/pytorch.toml)")
     if fmt == "json":
-        report.print_json([v.as_dict() for v in matrix])
+        report.print_json([{**v.as_dict(), "pytorch_role": getattr(torch_facts.row(v.pytorch), "role", None)} for v in matrix])
     elif fmt == "github":
         from mmstack.ci.workflows import github_matrix
 
@@ -214,10 +222,14 @@ def run_matrix(*, fmt: str, config: Path) -> int:
     else:
         report.print_table(
             ["python", "pytorch", "CUDA", "arch list", "build string", "serves env"],
-            [(v.python, v.pytorch, v.cuda or "-", v.arch_list, v.build_string_glob, ", ".join(v.envs) or "(any GPU: the install without __cuda_arch)")
+            [(v.python, torch_facts.label(v.pytorch), v.cuda or "-", v.arch_list, v.build_string_glob, ", ".join(v.envs) or "(any GPU: the install without __cuda_arch)")
              for v in matrix],
             title=f"{len(matrix)} variants from {config}",
         )
+        cost = ci_cost.release_cost(matrix)
+        per_pt = ", ".join(f"pytorch {torch_facts.label(k)} {h:.1f}" for k, h in cost.by_pytorch.items())
+        print(f"CI build cost per release: {cost.hours:.1f} CPU-hours for {cost.variants} variants ({per_pt}; "
+              f"noarch {cost.noarch_hours * 3600:.0f} CPU-s), from the measured builds in {ci_cost.COSTS_FILE}")
     return 0
 
 

@@ -661,7 +661,69 @@ def _checkpoints(docs) -> tuple[list[str], list[list[object]]]:
     return ["model", "device", "phase", "result", "seconds", "what it showed"], rows
 
 
+
+# -- CI's build cost per release (issue 42 item 2): the matrix's rows x the measured builds -------------
+
+def _cost_sources() -> list[str]:
+    from mmstack.variants.ci_cost import load_costs
+
+    return [r.result.removeprefix("lab/results/") for r in load_costs().cost]
+
+
+def _costs_from(docs):
+    """mmstack's cost rows with each number read from its committed result (not from the toml)."""
+    from mmstack.variants.ci_cost import Costs, load_costs
+
+    rows = load_costs().cost
+    return Costs(cost=tuple(r.model_copy(update={"cpu_s": float(get(d, r.field))}) for r, d in zip(rows, docs, strict=True)))
+
+
+def _matrix():
+    from mmstack.facts.gpus import load as load_facts
+    from mmstack.variants.matrix import CONFIG_FILE, load_matrix
+
+    return load_matrix(load_facts(), ROOT / CONFIG_FILE)
+
+
+def _ci_cost(docs) -> tuple[list[str], list[list[object]]]:
+    """Per pytorch row and kind of build: how many variants, the measured CPU seconds of one, the
+    CPU-hours per release; then the release, and what per-generation builds for the pin would add."""
+    from mmstack.facts.pytorch import load_pytorch
+    from mmstack.variants.ci_cost import kind_of, release_cost
+
+    costs, matrix, torch = _costs_from(docs), _matrix(), load_pytorch()
+    rows: list[list[object]] = []
+    for pt in sorted({v.pytorch for v in matrix}):
+        for kind in ("cpu", "generation", "fat"):
+            n = sum(1 for v in matrix if v.pytorch == pt and kind_of(v) == kind)
+            if n:
+                each = costs.seconds(kind)
+                rows.append([torch.label(pt), kind, n, f"{each:,.0f}", f"{n * each / 3600:.1f}"])
+    total = release_cost(matrix, costs)
+    rows.append(["noarch (mmstack, mmengine, mmdet)", "noarch", 3, f"{costs.seconds('noarch'):,.0f}",
+                 f"{total.noarch_hours:.2f}"])
+    rows.append(["per release", "all", total.variants, "", f"{total.hours:.1f}"])
+    gens = {v.arch_tag for v in matrix if kind_of(v) == "generation"}
+    pin = [r.version for r in torch.pytorch if r.role == "pin"]
+    pythons = {v.python for v in matrix if v.pytorch in pin}
+    extra = len(gens) * len(pythons)
+    rows.append(["if the pin took per-generation builds too", "generation", f"+{extra}", f"{costs.seconds('generation'):,.0f}",
+                 f"+{extra * costs.seconds('generation') / 3600:.1f}"])
+    return ["pytorch", "build", "variants", "CPU-s each", "CPU-hours per release"], rows
+
+
+def _ci_hours(_doc) -> float:
+    from mmstack.variants.ci_cost import release_cost
+
+    return release_cost(_matrix(), _costs_from([load(s) for s in _cost_sources()])).hours
+
+
+def _ci_variants(_doc) -> int:
+    return len(_matrix())
+
+
 TABLES: dict[str, Table] = {
+    "ci-cost": Table(sources=_cost_sources(), build=_ci_cost),
     "build-time": Table(sources=[f"h200/{r}/summary.json" for r, _ in CURRENT_BUILDS], build=_current_builds),
     "package-size": Table(sources=[f"h200/{r}/{f}" for r, f in CURRENT_SIZES], build=_current_sizes),
     "verify-time": Table(sources=[f"h200/{r}/summary.json" for r, _ in CURRENT_LADDERS], build=_current_ladders),
@@ -802,6 +864,8 @@ def _size_projection(bench) -> float:
 
 
 VALUES: dict[str, Value] = {
+    "ci-cpu-hours": Value(_cost_sources()[0], spec="{:.1f}", compute=_ci_hours),
+    "ci-variants": Value(_cost_sources()[0], compute=_ci_variants),
     "h200-r5-roi-align-fp16-bwd-range": Value(f"{_R5}/ops_full_sm90.json",
                                               compute=lambda d: _range(_fp16_fwd_bwd(d, "roi_align"))),
     "h200-roi-align-fp16-bwd-range": Value(f"{_R6}/ops_full_sm90.json",

@@ -1,0 +1,97 @@
+"""CI's build cost per release: the matrix's rows times the measured CPU seconds of each kind of
+build (data/build_costs.toml, each row naming the committed result it comes from).
+
+A release builds every row of the matrix once (the generated build workflow's jobs) and the noarch
+packages once. Build CPU time only: the test jobs (CPU runners for the CPU rows, GPU runners for
+the rest) are not in it.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections import Counter
+from dataclasses import dataclass
+from importlib import resources
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from mmstack.errors import BadInput
+from mmstack.variants.matrix import CPU_TAG, FAT_TAG, Variant
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - 3.10: the `tomli` dependency
+    import tomli as tomllib
+
+COSTS_FILE = "build_costs.toml"
+Kind = Literal["cpu", "generation", "fat", "noarch"]
+
+
+class CostRow(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    kind: Kind
+    cpu_s: float = Field(gt=0)
+    result: str = Field(pattern=r"^lab/results/\S+\.json$")
+    field: str
+    machine: str
+
+
+class Costs(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    cost: tuple[CostRow, ...]
+
+    def seconds(self, kind: str) -> float:
+        """CPU seconds of one build of that kind (the noarch rows summed: one release builds each)."""
+        rows = [r.cpu_s for r in self.cost if r.kind == kind]
+        if not rows:
+            raise BadInput(f"no {kind!r} row", source=f"src/mmstack/data/{COSTS_FILE}",
+                           fix=f"add a [[cost]] row of kind {kind!r} from a committed result")
+        return sum(rows)
+
+
+@functools.cache
+def load_costs() -> Costs:
+    text = resources.files("mmstack.data").joinpath(COSTS_FILE).read_text()
+    try:
+        return Costs.model_validate(tomllib.loads(text), strict=False)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise BadInput(err["msg"], source=f"src/mmstack/data/{COSTS_FILE}: {'.'.join(str(p) for p in err['loc'])}",
+                       fix="fix the row (see the comments at the top of the file)") from None
+
+
+def kind_of(v: Variant) -> Kind:
+    if v.arch_tag == CPU_TAG:
+        return "cpu"
+    return "fat" if v.arch_tag == FAT_TAG else "generation"
+
+
+@dataclass(frozen=True)
+class ReleaseCost:
+    """What one release costs CI in build CPU time, per pytorch minor and in all."""
+
+    variants: int
+    by_kind: dict[str, int]  # kind -> rows
+    by_pytorch: dict[str, float]  # pytorch minor -> CPU-hours of its rows
+    noarch_hours: float
+    hours: float
+
+    def as_dict(self) -> dict:
+        return {"variants": self.variants, "rows_by_kind": self.by_kind,
+                "cpu_hours_by_pytorch": {k: round(v, 1) for k, v in self.by_pytorch.items()},
+                "noarch_cpu_hours": round(self.noarch_hours, 3), "cpu_hours_per_release": round(self.hours, 1)}
+
+
+def release_cost(matrix: list[Variant], costs: Costs | None = None) -> ReleaseCost:
+    costs = costs or load_costs()
+    kinds = Counter(kind_of(v) for v in matrix)
+    by_pytorch: dict[str, float] = {}
+    for v in matrix:
+        by_pytorch[v.pytorch] = by_pytorch.get(v.pytorch, 0.0) + costs.seconds(kind_of(v)) / 3600
+    noarch = costs.seconds("noarch") / 3600
+    return ReleaseCost(len(matrix), dict(sorted(kinds.items())), dict(sorted(by_pytorch.items())), noarch,
+                       sum(by_pytorch.values()) + noarch)
