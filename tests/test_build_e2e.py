@@ -9,6 +9,11 @@ its ops are run there. The stand-in channel has no torchvision (bootstrap.py say
 runs with MMSTACK_NO_TORCHVISION=1, so L4 compares against the CPU kernels and torch only, and the
 build summary records that.
 
+A second CPython (issue 42: pyenv's 3.13 here, bootstrap.second_python) gets its own stand-in
+channel and the same CI steps for its CPU row; its mmcv must pass the same test section as 3.11's
+(`test_the_cpu_variant_builds_and_passes_its_tests_on_a_second_python`). Run with
+MMSTACK_E2E_RESULT=FILE it writes what that build showed (the record in lab/results/cpu-dev/).
+
 Slow: ~2 min for the bootstrap channel and 12-20 min for mmcv on 2 cores, both cached under
 ~/.cache/mmstack-tests (keyed on the recipe, patches, build.sh, variant config and the mmstack
 sources), so a rerun with nothing changed takes seconds.
@@ -82,7 +87,55 @@ def _compiler_overrides() -> dict:
 @pytest.fixture(scope="module")
 def built_channel(bootstrap_channel: Path) -> dict:
     """A channel holding mmstack and mmdet (noarch) and mmcv (cpu, py311), built with their tests; cached."""
-    cache = bootstrap.CACHE_ROOT / f"mmcv-cpu-{_inputs_key(bootstrap_channel)}"
+    return _built_channel(bootstrap_channel, bootstrap.THIS)
+
+
+@pytest.fixture(scope="module")
+def second_python() -> bootstrap.Interpreter:
+    try:
+        return bootstrap.second_python()
+    except bootstrap.BootstrapUnavailable as exc:
+        pytest.skip(f"no second CPython on this machine: {exc}")
+
+
+@pytest.fixture(scope="module")
+def second_bootstrap_channel(second_python) -> Path:
+    try:
+        started = time.monotonic()
+        path = bootstrap.bootstrap_channel(python=second_python, log=_say)
+        _say(f"bootstrap channel for python {second_python.py}: {path} ({time.monotonic() - started:.0f}s)")
+        return path
+    except bootstrap.BootstrapUnavailable as exc:
+        pytest.skip(f"no bootstrap channel for the second CPython: {exc}")
+
+
+@pytest.fixture(scope="module")
+def second_built_channel(second_bootstrap_channel: Path, second_python, bootstrap_channel: Path) -> dict:
+    """The same CI steps for the second CPython's CPU row; the noarch job against this interpreter's
+    stand-in channel (CI builds the noarch packages on their oldest Python, python_min: 3.11); cached."""
+    return _built_channel(second_bootstrap_channel, second_python, noarch_channel=bootstrap_channel)
+
+
+def _cpu_row(doc: dict, python: str, boot: Path) -> str:
+    """The workflow's CPU build key for `python` and the pytorch minor the stand-in channel has."""
+    records = json.loads((boot / "linux-64" / "repodata.json").read_text())["packages.conda"].values()
+    (torch,) = {".".join(r["version"].split(".")[:2]) for r in records if r["name"] == "pytorch"}
+    (key,) = [e["key"] for e in doc["jobs"]["build"]["strategy"]["matrix"]["include"]
+              if e["runner_key"] == "cpu" and e["python"] == python and e["pytorch"] == torch]
+    return key
+
+
+# test-variant.sh's test of the mmcv package (its first step): a second Python's run takes this one only.
+# Its second, mmdet's test, runs on mmdet's oldest Python too (python_min, 3.11), for which a
+# one-Python stand-in channel has no python and the run built no mmcv.
+MMCV_TEST = ('mmstack channel index "$MMSTACK_OUTPUT" --quiet > /dev/null && mkdir -p "$MMSTACK_REPORTS" && '
+             'mmstack test "$MMSTACK_OUTPUT"/linux-64/mmcv-*.conda --channel "$MMSTACK_OUTPUT" '
+             '--source-channel "$MMSTACK_SOURCE_CHANNEL" --json > "$MMSTACK_REPORTS/test-mmcv.json"')
+
+
+def _built_channel(bootstrap_channel: Path, python: bootstrap.Interpreter, noarch_channel: Path | None = None) -> dict:
+    key = _inputs_key(bootstrap_channel) + (f"-{noarch_channel.name.removeprefix('bootstrap-')}" if noarch_channel else "")
+    cache = bootstrap.CACHE_ROOT / f"mmcv-cpu-{key}"
     summary_file = cache / "build-summary.json"
     if summary_file.is_file():
         _say(f"reusing {cache} (same recipe, patches, build.sh, matrix and mmstack sources)")
@@ -98,20 +151,22 @@ def built_channel(bootstrap_channel: Path) -> dict:
         # of the one python the bootstrap channel has: mmstack build --no-test on the "CPU runner",
         # then mmstack test on the package file (tests/support/ci_steps.py)
         doc = ci_steps.workflow()
-        (key,) = [e["key"] for e in doc["jobs"]["build"]["strategy"]["matrix"]["include"]
-                  if e["runner_key"] == "cpu" and e["python"] == "3.11"]
+        key = _cpu_row(doc, python.py, bootstrap_channel)
         entry = {**ci_steps.matrix_entry(doc, key), **_compiler_overrides()}
-        steps = (ci_steps.script_steps(doc, "noarch") + ci_steps.script_steps(doc, "build", entry)
-                 + ci_steps.script_steps(doc, "test", entry))
+        noarch = ci_steps.script_steps(doc, "noarch")
+        rest = ci_steps.script_steps(doc, "build", entry)
+        rest += ci_steps.script_steps(doc, "test", entry) if noarch_channel is None else [MMCV_TEST]
+        steps = noarch + rest
         reports = work / "reports"
         env = {"MMSTACK_SOURCE_CHANNEL": str(bootstrap_channel), "MMSTACK_RECIPES": str(work / "recipes"),
                "MMSTACK_OUTPUT": str(ch), "MMSTACK_REPORTS": str(reports),
                bootstrap.NO_TORCHVISION_ENV: "1",  # read when the recipes render their tests
                "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-        ci_steps.run_steps(steps, env=env, log=_say)
+        ci_steps.run_steps(noarch, env={**env, "MMSTACK_SOURCE_CHANNEL": str(noarch_channel or bootstrap_channel)}, log=_say)
+        ci_steps.run_steps(rest, env=env, log=_say)
         built = [p for f in ("build-noarch", "build-mmdet", "build-mmcv")
                  for p in json.loads((reports / f"{f}.json").read_text())["packages"]]
-        tests = {t["build_string"]: t for f in ("test-mmcv", "test-mmdet")
+        tests = {t["build_string"]: t for f in ("test-mmcv", "test-mmdet") if f == "test-mmcv" or noarch_channel is None
                  for t in json.loads((reports / f"{f}.json").read_text())["packages"]}
         for p in built:
             if p["build_string"] in tests:  # built with --no-test: the test job's results
@@ -120,7 +175,8 @@ def built_channel(bootstrap_channel: Path) -> dict:
                 p["test_seconds"] = tests[p["build_string"]]["seconds"]
         summary = {
             "stand_in": f"built against {bootstrap_channel.name} (tests/support/bootstrap.py stand-ins for "
-                        "conda-forge), without torchvision in the recipe's test environment",
+                        "conda-forge), without torchvision in the recipe's test environment"
+                        + (f"; the noarch packages against {noarch_channel.name}, mmdet's test left out" if noarch_channel else ""),
             "ci_steps": steps,
             "seconds": round(time.monotonic() - started),
             "packages": [p | {"size": Path(p["path"]).stat().st_size} for p in built],
@@ -138,10 +194,40 @@ def built_channel(bootstrap_channel: Path) -> dict:
 
 
 def test_cpu_variant_builds_with_its_tests_into_the_channel(built_channel):
+    _assert_cpu_build_passed(built_channel, bootstrap.THIS)
+
+
+def test_the_cpu_variant_builds_and_passes_its_tests_on_a_second_python(second_built_channel, second_python,
+                                                                       second_bootstrap_channel):
+    """issue 42: the CPU row of a second CPython (3.13: mmcv's setup.py needs patches/0013 there)
+    through the same CI steps, passing the same test section as 3.11's."""
+    mmcv = _assert_cpu_build_passed(second_built_channel, second_python)
+    out = os.environ.get("MMSTACK_E2E_RESULT")
+    if out:  # the record in lab/results/cpu-dev/: what this run showed
+        (upstream,) = [t for t in mmcv["test_results"] if t["kind"] == "upstream-tests"]
+        records = json.loads((second_bootstrap_channel / "linux-64" / "repodata.json").read_text())["packages.conda"]
+        stand_ins = {r["name"]: f"{r['version']} {r['build']}" for r in records.values() if r["name"] in ("python", "pytorch")}
+        Path(out).write_text(json.dumps({
+            "what": f"the mmcv recipe's CPU variant for Python {second_python.py} built and tested through the generated "
+                    "workflow's CI steps (noarch, build --no-test, test) by tests/test_build_e2e.py",
+            "command": "MMSTACK_E2E_RESULT=<this file> nice python -m pytest tests/test_build_e2e.py -k second_python",
+            "stand_in": second_built_channel["stand_in"] + f"; STAND-INs: python {stand_ins['python']}, "
+                        f"pytorch {stand_ins['pytorch']} (PyPI's torch wheel, a CUDA build, with its CUDA runtime wheels)",
+            "cached": second_built_channel["cached"],
+            "ci_steps": second_built_channel["ci_steps"],
+            "seconds_all_steps": second_built_channel["seconds"],
+            "mmcv": {k: mmcv[k] for k in ("build_string", "size", "seconds", "test_seconds") if k in mmcv},
+            "upstream_tests": {"path": upstream["path"], "counts": upstream["counts"], "failed": upstream["failed"]},
+            "test_results": [{k: t.get(k) for k in ("kind", "passed", "counts") if k in t} for t in mmcv["test_results"]],
+            "machine": {"cpus": os.cpu_count(), "processor": os.uname().machine},
+        }, indent=1) + "\n")
+
+
+def _assert_cpu_build_passed(built_channel: dict, python: bootstrap.Interpreter) -> dict:
     ch = built_channel["channel"]
     mmcv = [p for p in built_channel["packages"] if p["name"] == "mmcv"]
     assert len(mmcv) == 1
-    assert mmcv[0]["build_string"].startswith("cpu_py311_h")
+    assert mmcv[0]["build_string"].startswith(f"cpu_py{python.tag}_h")
     assert (ch / mmcv[0]["path"]).is_file()
     repodata = json.loads((ch / "linux-64" / "repodata.json").read_text())
     (record,) = [r for r in repodata["packages.conda"].values() if r["name"] == "mmcv"]
@@ -163,6 +249,7 @@ def test_cpu_variant_builds_with_its_tests_into_the_channel(built_channel):
     _say(f"upstream tests/test_ops in the sandbox: {upstream['counts']}")
     _say(f"mmcv {mmcv[0]['build_string']}: {mmcv[0]['size'] / 1e6:.1f} MB, built and tested in "
          f"{mmcv[0]['seconds']:.0f}s{' (cached)' if built_channel['cached'] else ''}")
+    return mmcv[0]
 
 
 def test_the_package_holds_the_compiled_ops(built_channel):

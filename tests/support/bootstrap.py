@@ -4,7 +4,8 @@ The end-to-end test builds the real mmcv recipe with the real rattler-build engi
 is not reachable from every test machine, so this module assembles a stand-in channel from parts
 that are:
 
-- `python`: this interpreter's own CPython prefix (`sys.base_prefix`), packaged by a tiny
+- `python`: a CPython prefix (this interpreter's `sys.base_prefix`, or a second CPython's: see
+  below), packaged by a tiny
   rattler-build recipe; rattler-build's relinker turns its absolute RUNPATH into `$ORIGIN/../lib`
   and text files get conda's prefix placeholder, so `python` runs from any installed prefix.
   It still links the system's libssl/libffi/libsqlite..., so the channel only suits machines of
@@ -18,6 +19,14 @@ that are:
   compilers.
 - `pytorch` carries conda-forge's run_exports (`pytorch >=X.Y,<X.Y+1`, pin_subpackage max_pin
   x.x), so a recipe that takes pytorch in host gets its run requirement the conda-forge way.
+
+A second CPython (`second_python()`: pyenv's 3.13 here, or MMSTACK_TEST_SECOND_PYTHON) gets a
+channel of its own, `bootstrap_channel(python=...)`: the same parts for its version, the wheels
+downloaded by its own pip (its binary tags). Its torch is the CPU wheel of /opt/wheels when one
+is there; otherwise PyPI's torch wheel of the same version (`pypi_torch`), which for linux x86_64
+is a CUDA build: repacked with its CUDA runtime wheels (nvidia-*, cuda-*, triton) as packages of
+their own, so it imports and runs on a machine without a GPU, as the CPU wheel does. That stand-in
+pytorch's build string and summary say so (`cpu_standin_pypi_cuda_...`).
 
 Every package's summary starts with "STAND-IN", and a test result that used this channel says so.
 Not here: torchvision (PyPI's x86_64 wheels are CUDA builds that do not load beside the CPU torch
@@ -52,13 +61,20 @@ from pathlib import Path
 CACHE_ROOT = Path(os.environ.get("MMSTACK_TEST_CACHE", "~/.cache/mmstack-tests")).expanduser()
 # Written by tests/test_build_e2e.py: the python of a prefix installed from the recipe-built channel.
 PREFIX_POINTER = CACHE_ROOT / "mmcv-prefix-python.txt"
-PY = f"{sys.version_info.major}.{sys.version_info.minor}"
+PY = f"{sys.version_info.major}.{sys.version_info.minor}"  # this interpreter's (Interpreter.py for another)
 PY_TAG = f"{sys.version_info.major}{sys.version_info.minor}"
 PY_ABI = f"python_abi {PY}.* *_cp{PY_TAG}"
 PY_PIN = f"python >={PY},<{sys.version_info.major}.{sys.version_info.minor + 1}.0a0"
 # The CPU torch wheel comes from a local file (download.pytorch.org may be unreachable; PyPI's
 # `torch` is the CUDA build, ~900 MB). MMSTACK_TEST_TORCH_WHEEL names another one.
 TORCH_WHEEL_GLOB = f"/opt/wheels/torch-*+cpu-cp{PY_TAG}-cp{PY_TAG}-*.whl"
+# The second CPython the e2e builds for (issue 42): a pyenv interpreter here; another machine names one
+SECOND_PYTHON_ENV = "MMSTACK_TEST_SECOND_PYTHON"
+PYENV_VERSIONS = "~/.pyenv/versions"
+SECOND_PYTHON_GLOB = "3.13.*/bin/python3.13"  # under PYENV_VERSIONS
+# PyPI's linux x86_64 torch is a CUDA build: what it requires from these distributions is repacked
+# beside it (bootstrap_cuda.py's TORCH_CLOSURE, the same rule)
+TORCH_RUNTIME_PREFIXES = ("nvidia-", "cuda-", "triton")
 # conda-forge's c_stdlib_version values: 2.17 in general, 2.28 for CUDA 13.0 (conda_build_config.yaml)
 SYSROOT_VERSIONS = ("2.17", "2.28")
 
@@ -95,6 +111,63 @@ class Wheel:
     @property
     def name(self) -> str:
         return self.conda or self.pypi
+
+
+@dataclass(frozen=True)
+class Interpreter:
+    """A CPython the channel packages: its base prefix and version."""
+
+    prefix: Path  # sys.base_prefix
+    version: tuple[int, int, int]
+    executable: Path
+
+    @property
+    def py(self) -> str:
+        return f"{self.version[0]}.{self.version[1]}"
+
+    @property
+    def tag(self) -> str:
+        return f"{self.version[0]}{self.version[1]}"
+
+    @property
+    def abi(self) -> str:
+        return f"python_abi {self.py}.* *_cp{self.tag}"
+
+    @property
+    def pin(self) -> str:
+        return f"python >={self.py},<{self.version[0]}.{self.version[1] + 1}.0a0"
+
+    @property
+    def full_version(self) -> str:
+        return ".".join(str(p) for p in self.version)
+
+    @property
+    def is_this(self) -> bool:
+        return self.prefix == Path(sys.base_prefix) and self.version == tuple(sys.version_info[:3])
+
+
+THIS = Interpreter(Path(sys.base_prefix), (sys.version_info[0], sys.version_info[1], sys.version_info[2]),
+                   Path(sys.executable))
+
+
+def interpreter(executable: Path) -> Interpreter:
+    """Another CPython, as it describes itself."""
+    out = subprocess.run([str(executable), "-c", "import sys; print(sys.base_prefix); print(*sys.version_info[:3])"],
+                         check=True, capture_output=True, text=True).stdout.splitlines()
+    major, minor, micro = (int(p) for p in out[1].split())
+    return Interpreter(Path(out[0]), (major, minor, micro), Path(executable))
+
+
+def second_python() -> Interpreter:
+    """The second CPython of the e2e: $MMSTACK_TEST_SECOND_PYTHON, else pyenv's 3.13."""
+    explicit = os.environ.get(SECOND_PYTHON_ENV)
+    found = [Path(explicit)] if explicit else sorted(Path(PYENV_VERSIONS).expanduser().glob(SECOND_PYTHON_GLOB))
+    if not found or not found[-1].is_file():
+        raise BootstrapUnavailable(f"no second CPython ({PYENV_VERSIONS}/{SECOND_PYTHON_GLOB}); set {SECOND_PYTHON_ENV} to one")
+    py = interpreter(found[-1])
+    if py.is_this:
+        raise BootstrapUnavailable(f"{found[-1]} is the interpreter running the tests, not a second one")
+    return py
 
 
 # What mmcv's build, `import mmcv.ops`, and the mmstack package (typer, pydantic, pyelftools) need.
@@ -150,6 +223,8 @@ WHEELS: tuple[Wheel, ...] = (
     Wheel("pytest", "9.2.0", depends=("iniconfig >=1.0.1", "packaging >=22", "pluggy >=1.5,<2", "pygments >=2.7.2")),
     Wheel("iniconfig", "2.3.1"),
     Wheel("pluggy", "1.7.0"),
+    # recipes/mmengine runs upstream's tests/test_hooks/test_checkpoint_hook.py, which imports it
+    Wheel("parameterized", "0.9.0"),
     # mmdet's run requirements (recipes/mmdet: requirements/runtime.txt under conda-forge's names)
     Wheel("matplotlib", "3.11.2", conda="matplotlib-base",
           depends=("contourpy >=1.0.1", "cycler >=0.10", "fonttools >=4.28.2", "kiwisolver >=1.3.1", "numpy >=1.25",
@@ -176,11 +251,18 @@ TORCH = Wheel("torch", "", conda="pytorch",
 # entry point
 
 
-def bootstrap_channel(*, cache_root: Path = CACHE_ROOT, log: Log = print) -> Path:
-    """Return the path of a ready bootstrap channel, building it first if the cache lacks it."""
-    torch_wheel = find_torch_wheel()
+def bootstrap_channel(*, python: Interpreter = THIS, cache_root: Path = CACHE_ROOT, log: Log = print) -> Path:
+    """Return the path of a ready bootstrap channel for `python`, building it first if the cache lacks it."""
+    wheel_dir = cache_root / ("wheels" if python.is_this else f"wheels-cp{python.tag}")
+    runtime: list[Path] = []
+    try:
+        torch_wheel = find_torch_wheel(python)
+    except BootstrapUnavailable:
+        if python.is_this:
+            raise
+        torch_wheel, runtime = pypi_torch(python, wheel_dir / "torch", log=log)
     gcc, gxx = _compilers()
-    key = _cache_key(torch_wheel, gcc)
+    key = _cache_key(torch_wheel, gcc, python)
     target = cache_root / f"bootstrap-{key}"
     if (target / "linux-64" / "repodata.json").is_file():
         return target
@@ -191,15 +273,23 @@ def bootstrap_channel(*, cache_root: Path = CACHE_ROOT, log: Log = print) -> Pat
         channel = work / "channel"
         for sub in ("linux-64", "noarch"):
             (channel / sub).mkdir(parents=True)
-        wheels = download_wheels(cache_root / "wheels", log=log)
-        build_python(channel, work / "recipes", log=log)
+        wheels = download_wheels(wheel_dir, python=python, log=log)
+        build_python(channel, work / "recipes", python=python, log=log)
         build_stubs(channel, work / "recipes", gcc=gcc, gxx=gxx, log=log)
         for wheel in WHEELS:
-            repack_wheel(wheels[wheel.pypi], wheel, channel, work / "stage", log=log)
-        torch = Wheel(TORCH.pypi, _wheel_version(torch_wheel), TORCH.conda, TORCH.depends)
+            repack_wheel(wheels[wheel.pypi], wheel, channel, work / "stage", python=python, log=log)
+        extra = []
+        for whl in runtime:  # PyPI's CUDA torch: its runtime wheels, each a package of its own
+            dist = Wheel(_dist_name(whl), whl.name.split("-")[1])
+            repack_wheel(whl, dist, channel, work / "stage", python=python, log=log)
+            extra.append(f"{dist.name} =={dist.version}")
+        torch = Wheel(TORCH.pypi, _wheel_version(torch_wheel), TORCH.conda, (*TORCH.depends, *extra))
         major, minor = torch.version.split(".")[:2]
-        pkg = repack_wheel(torch_wheel, torch, channel, work / "stage", log=log,
-                           build_string=f"cpu_generic_py{PY_TAG}_h{_short_hash(torch_wheel.name)}_0")
+        kind = "cpu_generic" if not runtime else "cpu_standin_pypi_cuda"  # the recipe's CPU rows take pytorch * cpu*
+        pkg = repack_wheel(torch_wheel, torch, channel, work / "stage", python=python, log=log,
+                           build_string=f"{kind}_py{python.tag}_h{_short_hash(torch_wheel.name)}_0",
+                           note="" if not runtime else " (PyPI's linux x86_64 torch is a CUDA build; its CUDA "
+                           "runtime wheels are repacked beside it, so it runs on a CPU-only machine)")
         # pytorch-cpu-feedstock: run_exports: pin_subpackage('pytorch', max_pin='x.x')
         add_run_exports(pkg, {"weak": [f"pytorch >={major}.{minor}.0,<{major}.{int(minor) + 1}.0a0"]})
         index(channel)
@@ -214,8 +304,13 @@ def bootstrap_channel(*, cache_root: Path = CACHE_ROOT, log: Log = print) -> Pat
         shutil.rmtree(work, ignore_errors=True)
 
 
-def find_torch_wheel() -> Path:
-    explicit = os.environ.get("MMSTACK_TEST_TORCH_WHEEL")
+def find_torch_wheel(python: Interpreter = THIS) -> Path:
+    explicit = os.environ.get("MMSTACK_TEST_TORCH_WHEEL") if python.is_this else None
+    if not python.is_this:
+        found = sorted(Path("/opt/wheels").glob(f"torch-*+cpu-cp{python.tag}-cp{python.tag}-*.whl"))
+        if not found:
+            raise BootstrapUnavailable(f"no CPU torch wheel for cp{python.tag} in /opt/wheels")
+        return found[-1]
     if explicit:
         path = Path(explicit)
         if not path.is_file():
@@ -226,6 +321,33 @@ def find_torch_wheel() -> Path:
         raise BootstrapUnavailable(
             f"no CPU torch wheel at {TORCH_WHEEL_GLOB}; set MMSTACK_TEST_TORCH_WHEEL to one")
     return found[-1]
+
+
+def pypi_torch(python: Interpreter, dest: Path, *, log: Log = print) -> tuple[Path, list[Path]]:
+    """PyPI's torch wheel of the CPU wheel's version for `python`, and the runtime wheels it requires
+    (TORCH_RUNTIME_PREFIXES), downloaded by that interpreter's pip into `dest`."""
+    version = _wheel_version(find_torch_wheel())
+    dest.mkdir(parents=True, exist_ok=True)
+    wheel = _torch_in(dest, version, python)
+    if wheel is None:
+        log(f"downloading PyPI's torch {version} for cp{python.tag} and its runtime wheels into {dest}")
+        subprocess.run([str(python.executable), "-m", "pip", "download", "--only-binary=:all:",
+                        "--disable-pip-version-check", "-q", "-d", str(dest), f"torch=={version}"], check=True)
+        wheel = _torch_in(dest, version, python)
+        if wheel is None:
+            raise BootstrapUnavailable(f"pip did not download torch {version} for cp{python.tag}")
+    runtime = sorted(w for w in dest.glob("*.whl") if _dist_name(w).startswith(TORCH_RUNTIME_PREFIXES))
+    return wheel, runtime
+
+
+def _torch_in(dest: Path, version: str, python: Interpreter) -> Path | None:
+    found = sorted(dest.glob(f"torch-{version}-cp{python.tag}-cp{python.tag}-*x86_64.whl"))
+    return found[-1] if found else None
+
+
+def _dist_name(whl: Path) -> str:
+    """A wheel's distribution name as PyPI and conda-forge spell it (nvidia_cublas -> nvidia-cublas)."""
+    return whl.name.split("-")[0].lower().replace("_", "-")
 
 
 def index(channel: Path) -> None:
@@ -241,13 +363,14 @@ def index(channel: Path) -> None:
 # parts
 
 
-def download_wheels(dest: Path, *, log: Log = print) -> dict[str, Path]:
-    """pip-download every pinned wheel (no deps: the pins are the closure) into a shared cache."""
+def download_wheels(dest: Path, *, python: Interpreter = THIS, log: Log = print) -> dict[str, Path]:
+    """pip-download every pinned wheel (no deps: the pins are the closure) into a shared cache, with
+    `python`'s own pip (its binary tags)."""
     dest.mkdir(parents=True, exist_ok=True)
     missing = [w for w in WHEELS if _find_wheel(dest, w) is None]
     if missing:
         log(f"downloading {len(missing)} wheels from PyPI into {dest}")
-        cmd = [sys.executable, "-m", "pip", "download", "--only-binary=:all:", "--no-deps",
+        cmd = [str(python.executable), "-m", "pip", "download", "--only-binary=:all:", "--no-deps",
                "--disable-pip-version-check", "-q", "-d", str(dest)]
         cmd += [f"{w.pypi}=={w.version}" for w in missing]
         subprocess.run(cmd, check=True)
@@ -258,15 +381,15 @@ def download_wheels(dest: Path, *, log: Log = print) -> dict[str, Path]:
     return found  # type: ignore[return-value]
 
 
-def repack_wheel(whl: Path, wheel: Wheel, channel: Path, stage_root: Path, *, log: Log = print,
-                 build_string: str | None = None) -> Path:
+def repack_wheel(whl: Path, wheel: Wheel, channel: Path, stage_root: Path, *, python: Interpreter = THIS,
+                 log: Log = print, build_string: str | None = None, note: str = "") -> Path:
     """A wheel as a conda package: pure wheels noarch: python, binary ones linux-64 + python_abi."""
     import rattler_build
 
     pure = whl.name.endswith("-none-any.whl")
     stage = stage_root / whl.stem
     shutil.rmtree(stage, ignore_errors=True)
-    site = stage / ("site-packages" if pure else f"lib/python{PY}/site-packages")
+    site = stage / ("site-packages" if pure else f"lib/python{python.py}/site-packages")
     _unzip(whl, site)
     _spread_data_dir(site, stage, pure=pure)
     for dist_info in site.glob("*.dist-info"):
@@ -276,18 +399,18 @@ def repack_wheel(whl: Path, wheel: Wheel, channel: Path, stage_root: Path, *, lo
     # (or rattler) writes bin/<name> at install; pip made them from the wheel, assemble_package cannot
     scripts = console_scripts(site) if pure else []
     if pure:
-        depends = [f"python >={PY}", *wheel.depends]
+        depends = [f"python >={python.py}", *wheel.depends]
         build_string = build_string or f"pyh{digest}_0"
         subdir = "noarch"
     else:
-        depends = [PY_PIN, PY_ABI, *wheel.depends]
-        build_string = build_string or f"py{PY_TAG}h{digest}_0"
+        depends = [python.pin, python.abi, *wheel.depends]
+        build_string = build_string or f"py{python.tag}h{digest}_0"
         subdir = "linux-64"
     started = time.monotonic()
     out = rattler_build.assemble_package(
         name=wheel.name, version=wheel.version, target_platform=subdir, build_string=build_string,
         output_dir=channel / subdir, files_dir=stage, depends=depends,
-        noarch="python" if pure else None, summary=f"{SUMMARY}: PyPI wheel {whl.name} repacked",
+        noarch="python" if pure else None, summary=f"{SUMMARY}: PyPI wheel {whl.name} repacked{note}",
         compression_level=1, timestamp=STAMP,
     )
     shutil.rmtree(stage, ignore_errors=True)
@@ -299,28 +422,27 @@ def repack_wheel(whl: Path, wheel: Wheel, channel: Path, stage_root: Path, *, lo
     return out.path
 
 
-def build_python(channel: Path, recipes: Path, *, log: Log = print) -> None:
-    """This interpreter's prefix as `python` + `python_abi` (rattler-build makes it relocatable)."""
+def build_python(channel: Path, recipes: Path, *, python: Interpreter = THIS, log: Log = print) -> None:
+    """A CPython prefix as `python` + `python_abi` (rattler-build makes it relocatable)."""
     import rattler_build
 
-    src = Path(sys.base_prefix)
-    version = ".".join(str(p) for p in sys.version_info[:3])
-    if not (src / "bin" / f"python{PY}").is_file():
-        raise BootstrapUnavailable(f"{src} has no bin/python{PY} to package")
+    src, version, py, py_tag = python.prefix, python.full_version, python.py, python.tag
+    if not (src / "bin" / f"python{py}").is_file():
+        raise BootstrapUnavailable(f"{src} has no bin/python{py} to package")
     recipe_dir = recipes / "python"
     recipe_dir.mkdir(parents=True)
     (recipe_dir / "build.sh").write_text(_PYTHON_BUILD_SH)
     (recipe_dir / "recipe.yaml").write_text(_PYTHON_RECIPE.format(
-        version=version, py=PY, py_tag=PY_TAG, src=src,
-        hash=_short_hash(f"{src}:{sys.version}")))
+        version=version, py=py, py_tag=py_tag, src=src,
+        hash=_short_hash(f"{src}:{sys.version if python.is_this else version}")))
     started = time.monotonic()
     _build_recipe(recipe_dir, channel, log=log)
     log(f"packaged python {version} from {src} in {time.monotonic() - started:.0f}s")
     empty = recipes / "empty"
     empty.mkdir()
     rattler_build.assemble_package(
-        name="python_abi", version=PY, target_platform="linux-64", build_string=f"8_cp{PY_TAG}",
-        output_dir=channel / "linux-64", files_dir=empty, constrains=[f"python {PY}.* *_cpython"],
+        name="python_abi", version=py, target_platform="linux-64", build_string=f"8_cp{py_tag}",
+        output_dir=channel / "linux-64", files_dir=empty, constrains=[f"python {py}.* *_cpython"],
         summary=f"{SUMMARY}: python_abi", timestamp=STAMP,
     )
 
@@ -584,7 +706,7 @@ def _compilers() -> tuple[str, str]:
     return gcc, gxx
 
 
-def _cache_key(torch_wheel: Path, gcc: str) -> str:
+def _cache_key(torch_wheel: Path, gcc: str, python: Interpreter = THIS) -> str:
     import rattler_build
 
     st = torch_wheel.stat()
@@ -592,7 +714,7 @@ def _cache_key(torch_wheel: Path, gcc: str) -> str:
         "bootstrap.py": hashlib.sha256(Path(__file__).read_bytes()).hexdigest(),
         "wheels": [(w.pypi, w.version, w.name, w.depends) for w in WHEELS],
         "torch": [torch_wheel.name, st.st_size],
-        "python": [sys.base_prefix, sys.version],
+        "python": [sys.base_prefix, sys.version] if python.is_this else [str(python.prefix), python.full_version],
         "gcc": gcc,
         "glibc": host_glibc(),
         "rattler_build": rattler_build.rattler_build_version(),
