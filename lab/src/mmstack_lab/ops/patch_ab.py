@@ -17,6 +17,8 @@ alternating sides so drift hits both:
 - gradients: for roi_align, deform_conv2d and modulated_deform_conv2d (where --ops names them),
   the gradient of each input and dtype against the same computation in float64 (max and mean
   absolute error), so a patch that changes how gradients accumulate shows what it does to accuracy;
+- same (`--same nms`): mmstack_lab.ops.nms_cases on each side, a digest of what nms and batched_nms
+  return for each of its random cases; a patch that must not change the results needs equal digests;
 - upstream: the named files of upstream's test suite (from the tag archive) through
   `python -m mmstack.verify.upstream_tests`, as the recipe runs them, with the counts per side; a
   patch that fails a test the released package passes is not a candidate;
@@ -181,6 +183,27 @@ def grads(python: str, over: Overlay, device: str, ops: list[str]) -> dict:
     return each_side(python, over, GRADS, device, dtypes, ",".join(ops))
 
 
+SAME = {"nms": "mmstack_lab.ops.nms_cases"}  # --same: the ops with a case-by-case digest module
+
+
+def same(python: str, over: Overlay, device: str, ops: list[str], cases: int) -> dict:
+    """Each op's case digests on both sides: identical when every case returned the same."""
+    out = {}
+    for op in ops:
+        sides = {}
+        for side in ("released", "patched"):
+            done = _child([python, "-m", SAME[op], "--device", device, "--cases", str(cases), "--json"], side, over)
+            if done.returncode != 0:
+                raise RuntimeError(f"{op} cases, {side} side, exited {done.returncode}: {done.stderr[-1500:]}")
+            sides[side] = json.loads(done.stdout)
+        rel, pat = sides["released"], sides["patched"]
+        differ = [i for i, (a, b) in enumerate(zip(rel["case_digests"], pat["case_digests"], strict=True)) if a != b]
+        out[op] = {"module": SAME[op], "cases": cases, "identical": rel["digest"] == pat["digest"],
+                   "differing_cases": differ[:20], "n_differing": len(differ), "digest": {"released": rel["digest"],
+                   "patched": pat["digest"]}, "summary": {"released": rel["summary"], "patched": pat["summary"]}}
+    return out
+
+
 def upstream(python: str, over: Overlay, archive: Path, tests: list[str], work: Path) -> dict:
     """Upstream's test files on each side, through mmstack.verify.upstream_tests (as the recipe runs them)."""
     with tarfile.open(archive) as tar:
@@ -244,6 +267,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--upstream", type=Path, help="mmcv's GitHub tag archive (upstream's tests/)")
     ap.add_argument("--tests", nargs="*", default=[], help="upstream test files, e.g. tests/test_ops/test_roi_align.py")
+    ap.add_argument("--same", default="", help=f"ops whose results must not change, case by case: {','.join(SAME)}")
+    ap.add_argument("--cases", type=int, default=1000, help="random cases per --same op")
     ap.add_argument("--detector", default="", help="batch sizes for bench_detector.py on each side, e.g. 2,8")
     ap.add_argument("--detector-repeats", type=int, default=3)
     ap.add_argument("--json", action="store_true")
@@ -254,18 +279,27 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     # the patch header's `patch_ab:` line gives defaults; the command line wins
     args = ap.parse_args(header_args(args.patch) + argv)
+    unknown = [op for op in args.same.split(",") if op and op not in SAME]
+    if unknown:
+        print(f"patch_ab: --same {args.same}: no case module for {','.join(unknown)}; known: {','.join(SAME)}", file=sys.stderr)
+        return 2
     python = sys.executable
     with tempfile.TemporaryDirectory(prefix="patch-ab-") as tmp:
         over = overlay(args.patch, Path(tmp) / "overlay", python, args.package)
         result = {"what": f"released (installed) {args.package} against the same with a Python-level patch applied",
                   "package": args.package, "patch": args.patch.name, "patch_sha256": hashlib.sha256(args.patch.read_bytes()).hexdigest(),
                   "installed_carries_patch": over.side == "released", "device": args.device, "rounds": args.rounds, "repeats": args.repeats, "iters": args.iters}
-        probe = "import torch, mmcv; print(torch.__version__, mmcv.__version__, torch.cuda.get_device_name() if torch.cuda.is_available() else '-')"
-        result["versions"] = subprocess.run([python, "-c", probe], capture_output=True, text=True, check=True).stdout.split()
+        probe = ("import torch, mmcv; print(torch.__version__, mmcv.__version__, torch.cuda.get_device_name() if "
+                 "torch.cuda.is_available() else '-'); print(torch.get_num_threads())")
+        versions, threads = subprocess.run([python, "-c", probe], capture_output=True, text=True, check=True).stdout.splitlines()
+        result["versions"] = versions.split()
+        result["torch_threads"] = int(threads)  # CPU timings depend on it (OMP_NUM_THREADS)
         result["times"] = times(python, over, args.device, args.ops, args.rounds, args.repeats, args.iters) if args.ops else []
         grad_ops = [op for op in args.ops.split(",") if op in GRAD_OPS]
         if grad_ops:
             result["grads"] = grads(python, over, args.device, grad_ops)
+        if args.same:
+            result["same"] = same(python, over, args.device, [op for op in args.same.split(",") if op], args.cases)
         if args.upstream and args.tests:
             result["upstream"] = upstream(python, over, args.upstream, args.tests, Path(tmp) / "upstream")
         if args.detector:
@@ -279,11 +313,13 @@ def main(argv: list[str] | None = None) -> int:
                   f"{r['released_median_us']:>10.1f}{r['patched_median_us']:>10.1f}{r['patched_over_released']:>7.2f}")
         for side, g in result.get("grads", {}).items():
             print(side, [(x["op"], x["dtype"], x.get("grad_of", "input"), f"{x['grad_max_abs_err']:.3g}") for x in g])
+        for op, s in result.get("same", {}).items():
+            print(op, "cases", s["cases"], "identical" if s["identical"] else f"{s['n_differing']} differ: {s['differing_cases']}")
         for side, u in result.get("upstream", {}).items():
             print(side, u["counts"], u["failed"])
         for row in result.get("detector", []):
             print("detector batch", row["batch_size"], row.get("mmdet_patched_over_released"))
-    return 0
+    return 0 if all(s["identical"] for s in result.get("same", {}).values()) else 1
 
 
 if __name__ == "__main__":
