@@ -113,3 +113,12 @@ def test_0014_returns_what_the_released_wrapper_returns_on_the_cpu(real_mmcv_pyt
     nms_py.write_text(text.replace("dim=1).index_select(0, inds)", "dim=1).index_select(0, inds.flip(0))"))
     caught = patch_ab.same(real_mmcv_python, patch_ab.Overlay(broken, "patched"), "cpu", ["nms"], 100)["nms"]
     assert not caught["identical"] and caught["n_differing"] > 10
+
+
+def test_a_side_that_cannot_run_the_cases_is_recorded_not_raised(tmp_path):
+    """On the GPU the case digests run after the timings: a side that fails must not lose them."""
+    (tmp_path / "mmcv").mkdir()
+    (tmp_path / "mmcv" / "__init__.py").write_text("raise ImportError('this mmcv cannot be imported')\n")
+    doc = patch_ab.same(sys.executable, patch_ab.Overlay(tmp_path, "released"), "cpu", ["nms"], 3)["nms"]
+    assert doc["identical"] is False and doc["error"].startswith("released side exited 1")
+    assert "this mmcv cannot be imported" in doc["error"]
