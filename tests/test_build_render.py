@@ -138,7 +138,7 @@ def test_the_arch_list_reaches_build_sh(rendered, tag, arch_list):
 
 def test_source_is_the_pypi_sdist_with_every_patch(rendered):
     patches = sorted(p.relative_to(MMCV).as_posix() for p in (MMCV / "patches").glob("*.patch"))
-    assert len(patches) == 12, "recipes/mmcv/patches/ holds the numbered patches"
+    assert len(patches) == 13, "recipes/mmcv/patches/ holds the numbered patches"
     for recipe in rendered.values():
         source, tests = recipe["source"]
         assert source["url"] == [SDIST_URL] or source["url"] == SDIST_URL
@@ -202,7 +202,7 @@ def _conda_build_fixture() -> dict:
 
 
 def _key(variant: dict) -> tuple:
-    return (variant["python"], variant["cuda_compiler_version"], variant["arch_tag"])
+    return (variant["python"], variant.get("pytorch"), variant["cuda_compiler_version"], variant["arch_tag"])
 
 
 def _with_variant_pins(specs: list[str], variant: dict) -> list[str]:
@@ -221,7 +221,7 @@ def test_rattler_build_and_the_real_conda_build_render_every_variant_alike():
         variant = {k: str(val) for k, val in v.variant.items()}
         variant.setdefault("arch_tag", "cpu")
         ours[_key(variant)] = (variant, v.recipe.to_dict())
-    assert len(theirs) == len(doc["variants"]) == 18
+    assert len(theirs) == len(doc["variants"]) == 60
     assert sorted(ours) == sorted(theirs)
     mask = re.compile(r"_h[0-9a-f]{7}_")  # each engine hashes the variant its own way
     for key, (variant, r) in ours.items():
@@ -291,8 +291,8 @@ def test_check_recipes_passes_on_the_repository():
     from mmstack.builder.recipes import check_recipes
 
     note = check_recipes(ROOT)
-    assert "mmcv: 18 (one per variant, build strings match" in note and "mmdet: 1" in note
-    assert "meta.yaml: 18 per conda-build 26.7.1 (same build strings)" in note
+    assert "mmcv: 60 (one per variant, build strings match" in note and "mmdet: 1" in note
+    assert "meta.yaml: 60 per conda-build 26.7.1 (same build strings)" in note
 
 
 def test_check_recipes_fails_when_meta_yaml_drifts_from_its_recorded_conda_build_render(tmp_path):
@@ -423,7 +423,7 @@ def test_the_compiler_pin_reaches_the_build_requirements_of_both_engines():
     conda-build's (the fixture); an override (the CPU e2e build's stand-in gcc) replaces it."""
     want = {"gcc_linux-64 14.*", "gxx_linux-64 14.*"}
     rendered = build.render(recipe_dir=MMCV, variant_config=ROOT / "conda_build_config.yaml")
-    assert len(rendered) == 18
+    assert len(rendered) == 60
     for v in rendered:
         assert want <= set(v.recipe.to_dict()["requirements"]["build"]), dict(v.variant)
     for v in _conda_build_fixture()["variants"]:

@@ -78,7 +78,9 @@ def test_each_generation_gets_its_own_mmcv_build(locked_repo, matrix):
 
 
 @pytest.mark.parametrize("env, wrong, named", [("a100", "cuda129_sm86_*", "__cuda_arch >=8.6"),
-                                               ("h100", "cpu_*", "mmcv 2.2.0.* cpu_* cannot be installed")])
+                                               # the CPU build's `pytorch * cpu*` leaves no CUDA pytorch: with two
+                                               # pytorch minors in the channel the solver names that side
+                                               ("h100", "cpu_*", "pytorch * cuda* cannot be installed")])
 def test_an_mmcv_the_machine_cannot_take_is_refused_by_the_solver_itself(channel, env, wrong, named):
     """recipes/mmcv's own requirements: the sm86 build needs `__cuda_arch >=8.6` (CEP 46; the A100
     declares 8.0), the CPU build constrains pytorch to a CPU build (the environment pins a CUDA one):

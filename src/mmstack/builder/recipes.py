@@ -312,9 +312,11 @@ def check_recipes(root: str | os.PathLike[str]) -> str:
             notes.append(f"{name}: {len(rendered)}" + (f" ({patched})" if patched else ""))
             continue
         strings = [v.recipe.build.string for v in rendered]
+        # the build string names no pytorch (conda-forge's form): a row is its prefix and its pytorch
+        torch = [str(dict(v.variant).get("pytorch", "")) for v in rendered]
         for v in matrix:
             want = v.build_string_glob[:-1]  # "cuda129_sm89_py311_"
-            hits = [s for s in strings if s.startswith(want)]
+            hits = [s for s, pt in zip(strings, torch, strict=True) if s.startswith(want) and pt in ("", v.pytorch)]
             if len(hits) != 1:
                 raise CheckFailed(f"{len(hits)} rendered builds match variant {v.key} ({want}*), expected 1",
                                   source=str(root / "recipes" / "mmcv" / RECIPE_FILE),
