@@ -1,6 +1,6 @@
 """Issue 43 item 2: the proposed mmcv patch 0014 cuts what mmcv.ops.nms does around its kernel (mmengine's
 per-call getfullargspec, autograd's apply, three gather/cat kernels, the score threshold's extra
-syncs) and must return exactly what the released wrapper returns.
+syncs; batched_nms's host-to-device copy of a 1) and must return exactly what the released code returns.
 
 It waits in recipes/mmcv/proposed/ for the GPU A/B (the proof's stage `patchab`, which runs every
 proposed patch with a `patch_ab:` line). Here: it applies on top of the recipe's patches without
@@ -40,6 +40,10 @@ def test_0014_applies_on_top_of_the_recipes_patches_without_fuzz(tmp_path):
     # the other ops keep mmengine's decorator; 0012's batched_nms change is still there
     assert "@deprecated_api_warning({'iou_thr': 'iou_threshold'})\ndef soft_nms(" in text
     assert "split_thr = 20000 if boxes_for_nms.is_cuda and nms_op is nms else 10000" in text
+    batched = text[text.index("def batched_nms("):text.index("def nms_match(")]
+    assert "offsets = idxs.to(boxes) * (max_coordinate + 1)" in batched  # no host-to-device copy of a 1
+    assert batched.count("torch.tensor(1).to(boxes)") == 1  # the rotated boxes' branch keeps it
+    assert "boxes = boxes.index_select(0, keep)" in batched
     compile(text, "nms.py", "exec")
 
 
