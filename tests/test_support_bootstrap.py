@@ -1,0 +1,50 @@
+"""tests/support/bootstrap.py's second CPython (issue 42 item 1): what it packages for another
+interpreter is named from that interpreter, never from the one running the tests."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from support import bootstrap
+
+
+def test_another_interpreter_describes_itself():
+    py = bootstrap.Interpreter(Path("/opt/py313"), (3, 13, 0), Path("/opt/py313/bin/python3.13"))
+    assert (py.py, py.tag, py.full_version) == ("3.13", "313", "3.13.0")
+    assert py.abi == "python_abi 3.13.* *_cp313"
+    assert py.pin == "python >=3.13,<3.14.0a0"
+    assert not py.is_this
+    assert bootstrap.THIS.is_this and bootstrap.THIS.py == bootstrap.PY and bootstrap.THIS.abi == bootstrap.PY_ABI
+
+
+def test_the_running_interpreter_is_not_a_second_one(monkeypatch):
+    monkeypatch.setenv(bootstrap.SECOND_PYTHON_ENV, sys.executable)
+    with pytest.raises(bootstrap.BootstrapUnavailable, match="not a second one"):
+        bootstrap.second_python()
+
+
+def test_a_named_second_python_is_read_from_itself(monkeypatch):
+    found = sorted(Path(bootstrap.PYENV_VERSIONS).expanduser().glob(bootstrap.SECOND_PYTHON_GLOB))
+    if not found:
+        pytest.skip(f"no {bootstrap.SECOND_PYTHON_GLOB} under {bootstrap.PYENV_VERSIONS}")
+    monkeypatch.setenv(bootstrap.SECOND_PYTHON_ENV, str(found[-1]))
+    py = bootstrap.second_python()
+    assert py.py == "3.13" and (py.prefix / "bin" / "python3.13").is_file()
+
+
+def test_a_missing_second_python_says_how_to_name_one(monkeypatch, tmp_path):
+    monkeypatch.setenv(bootstrap.SECOND_PYTHON_ENV, str(tmp_path / "python3.13"))
+    with pytest.raises(bootstrap.BootstrapUnavailable, match=bootstrap.SECOND_PYTHON_ENV):
+        bootstrap.second_python()
+
+
+@pytest.mark.parametrize(("wheel", "name"), [
+    ("nvidia_cublas-13.1.1.3-py3-none-manylinux_2_27_x86_64.whl", "nvidia-cublas"),
+    ("cuda_bindings-13.0.3-cp313-cp313-manylinux_2_28_x86_64.whl", "cuda-bindings"),
+    ("triton-3.7.1-cp313-cp313-manylinux_2_28_x86_64.whl", "triton"),
+])
+def test_runtime_wheels_are_named_as_pypi_spells_them(wheel, name):
+    assert bootstrap._dist_name(Path(wheel)) == name
+    assert name.startswith(bootstrap.TORCH_RUNTIME_PREFIXES)
