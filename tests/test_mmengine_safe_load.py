@@ -140,6 +140,14 @@ _LOADER_CASES = textwrap.dedent('''
     buf = io.BytesIO(); torch.save({"x": Reach()}, buf); buf.seek(0)
     out["getattr_init"] = refused(buf)
 
+    # a caller's own add_safe_globals of a type mmengine allows too outlives mmengine's loads (torch's
+    # safe_globals context removes its whole list on exit: patch 0001 adds only what is missing)
+    torch.serialization.add_safe_globals([HistoryBuffer])
+    history = HistoryBuffer(); history.update(0.5)
+    buf = io.BytesIO(); torch.save({"h": history}, buf)
+    safe_torch_load(io.BytesIO(buf.getvalue()), map_location="cpu")
+    out["caller_allow_kept"] = HistoryBuffer in torch.serialization.get_safe_globals()
+
     # a foreign global: refused with the opt-ins named; the opt-in loads it, with a warning
     import fractions
     buf = io.BytesIO(); torch.save({"x": fractions.Fraction(1, 3)}, buf)
@@ -167,6 +175,7 @@ def test_the_allow_list_admits_what_mmengine_writes_and_nothing_more(real_mmcv_p
     assert out["foreign"].startswith("case.pth: mmengine loads checkpoints with weights_only=True")
     assert "fractions.Fraction" in out["foreign"] and "add_safe_globals" in out["foreign"]
     assert out["opt_in"] == "1/3" and out["opt_in_warned"]
+    assert out["caller_allow_kept"]
 
 
 def _unsafe_calls(tree: ast.AST) -> list[ast.Call]:
