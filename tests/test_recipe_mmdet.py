@@ -43,7 +43,7 @@ def test_one_noarch_python_package_from_the_pypi_sdist(rendered):
     assert rendered["build"]["noarch"] == "python"
     # "mmcv22_" tells it from conda-forge's unpatched mmdet 3.3.0; pixi.toml pins on it.
     assert re.fullmatch(r"mmcv22_pyh[0-9a-f]{7}_0", rendered["build"]["string"])
-    (source,) = rendered["source"]
+    source, upstream = rendered["source"]
     assert source["url"].startswith("https://files.pythonhosted.org/")
     assert source["url"].endswith("/mmdet-3.3.0.tar.gz")
     assert re.fullmatch(r"[0-9a-f]{64}", source["sha256"])
@@ -53,6 +53,9 @@ def test_one_noarch_python_package_from_the_pypi_sdist(rendered):
         "patches/0003-randperm-on-the-gallerys-device.patch",
     ]
     assert all((RECIPE_DIR / p).is_file() for p in source["patches"])
+    # the second source only brings upstream's tests/ (tag v3.3.0's commit), unpatched
+    assert upstream == {"git": "https://github.com/open-mmlab/mmdetection.git",
+                        "rev": "44ebd17b145c2372c4b700bfb9cb20dbd28ab64a", "target_directory": "upstream"}
     # A noarch package built from pure-Python sources: no pytorch, no compilers in the build.
     assert rendered["requirements"]["host"] == ["python 3.11.*", "pip", "setuptools", "wheel"]
     assert "build" not in rendered["requirements"]
@@ -160,7 +163,8 @@ def test_recipe_tests_import_mmdet_check_configs_and_run_l5(rendered):
 
 def test_meta_yaml_matches_recipe_yaml(rendered):
     meta = (RECIPE_DIR / "meta.yaml").read_text()
-    (source,) = rendered["source"]
+    source, upstream = rendered["source"]
+    assert f"git_url: {upstream['git']}\n" in meta and f"git_rev: {upstream['rev']}\n" in meta
     assert source["sha256"] in meta
     assert source["url"].replace("3.3.0", "{{ version }}") in meta
     assert '{% set version = "3.3.0" %}' in meta

@@ -114,3 +114,59 @@ def test_a_test_needing_the_archive_fails_with_that_line_not_a_traceback(tmp_pat
     assert len(lines) == 1, failure  # the reason alone: no traceback, no chained exception
     assert lines[0].startswith("mmcv's tag archive is missing: cannot download http://127.0.0.1:9/v2.2.0.tar.gz")
     assert f"(sha256 {offline.MMCV_GITHUB_SHA256})" in lines[0]
+
+
+# -- the committed sources (tests/data/sources): mmengine's tag archive, mmdet's STAND-IN tests subset --
+
+def _recipe(name: str) -> dict:
+    return yaml.safe_load((ROOT / "recipes" / name / "recipe.yaml").read_text())
+
+
+def test_mmengine_tag_archive_is_committed_byte_for_byte_the_recipes():
+    url, sha256 = offline.recipe_source(ROOT / "recipes" / "mmengine" / "recipe.yaml", "upstream")
+    assert url == "https://github.com/open-mmlab/mmengine/archive/refs/tags/v0.10.7.tar.gz"
+    committed = offline.SOURCES_DIR / offline.MMENGINE_GITHUB_FILE
+    assert offline._sha256(committed) == sha256
+    assert sha256 in (offline.SOURCES_DIR / "README.md").read_text()
+
+
+def test_mmengine_offline_recipe_takes_both_sources_from_local_files_with_the_recipes_sha256(tmp_path):
+    out = offline.offline_recipe_for("mmengine", ROOT / "recipes" / "mmengine", tmp_path / "mmengine")
+    sources = yaml.safe_load((out / "recipe.yaml").read_text())["source"]
+    for source, theirs in zip(sources, _recipe("mmengine")["source"], strict=True):
+        assert source["url"].startswith("file:///") and Path(source["url"][7:]).is_file()
+        assert source["sha256"] == theirs["sha256"] == offline._sha256(Path(source["url"][7:]))
+    assert sources[1]["target_directory"] == "upstream"
+
+
+def test_mmdet_offline_recipe_names_the_stand_in_for_the_git_commit(tmp_path):
+    """The recipe pins upstream's tests by commit (git); offline, the committed subset archive made
+    from that commit stands in, marked STAND-IN, its own sha256 checked by rattler-build."""
+    (git,) = [s for s in _recipe("mmdet")["source"] if "git" in s]
+    out = offline.offline_recipe_for("mmdet", ROOT / "recipes" / "mmdet", tmp_path / "mmdet")
+    text = (out / "recipe.yaml").read_text()
+    assert "- git:" not in text and "STAND-IN" in text and git["rev"] in text
+    (stand_in,) = [s for s in yaml.safe_load(text)["source"] if s.get("target_directory") == "upstream"]
+    assert stand_in["url"] == offline.MMDET_TESTS_STAND_IN.resolve().as_uri()
+    assert stand_in["sha256"] == offline._sha256(offline.MMDET_TESTS_STAND_IN) == offline.MMDET_TESTS_STAND_IN_SHA256
+    readme = (offline.SOURCES_DIR / "README.md").read_text()
+    assert offline.MMDET_TESTS_STAND_IN_SHA256 in readme and git["rev"] in readme
+
+
+def test_mmdet_stand_in_holds_tests_only_of_that_commit():
+    import tarfile
+
+    with tarfile.open(offline.MMDET_TESTS_STAND_IN) as tf:
+        names = tf.getnames()
+        (rev,) = [s for s in _recipe("mmdet")["source"] if "git" in s]
+        assert tf.pax_headers.get("comment") == rev["rev"]  # git archive's pax header: the commit archived
+    assert {n.split("/")[1] for n in names if n.count("/") >= 1 and n.split("/")[1]} == {"tests"}
+    assert {n.split("/")[0] for n in names} == {"mmdetection-3.3.0"}
+    assert "mmdetection-3.3.0/tests/test_models/test_losses/test_loss.py" in names
+
+
+def test_stand_in_git_source_refuses_a_recipe_without_one_git_source(tmp_path):
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("source:\n  - url: https://example.invalid/x.tar.gz\n    sha256: " + "0" * 64 + "\n")
+    with pytest.raises(AssertionError, match="expected one `- git:` source"):
+        offline.stand_in_git_source(recipe, offline.MMDET_TESTS_STAND_IN, offline.MMDET_TESTS_STAND_IN_SHA256)

@@ -88,6 +88,17 @@ def test_pytest_arguments_pass_through_and_nothing_collected_is_not_a_pass(tmp_p
     assert _run(cwd, "tests/test_ops", "tests/nowhere").returncode == 2
 
 
+def test_tests_deselected_by_name_are_counted_apart_from_the_outcomes(tmp_path):
+    """The mmengine and mmdet recipes leave some tests out by node id (--deselect): the summary says how many."""
+    cwd = _suite(tmp_path)
+    run = _run(cwd, "tests/test_ops", "--deselect=tests/test_ops/test_some.py::test_param")
+    assert run.returncode == 0, run.stdout[-2000:]
+    doc = _result(run.stdout)
+    assert doc["deselected"] == 2 and doc["collected"] == 4
+    assert doc["counts"]["passed"] == 1 and doc["counts"]["skipped"] == 3
+    assert _result(_run(cwd, "tests/test_ops").stdout)["deselected"] == 0
+
+
 def test_several_folders_run_in_one_session(tmp_path):
     cwd = _suite(tmp_path)
     (cwd / "tests" / "test_cnn").mkdir()

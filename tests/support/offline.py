@@ -38,6 +38,14 @@ LOCAL_COPIES = (Path("/tmp/cache"),)
 # for machines that cannot reach GitHub: CI and the development machines here); the recipe's URL.
 MMCV_RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "mmcv" / "recipe.yaml"
 MMCV_GITHUB_FILE = "mmcv-2.2.0.github.tar.gz"
+# Upstream sources committed for tests (tests/data/sources/README.md says where each comes from):
+# mmengine's v0.10.7 tag archive byte for byte (its recipe's second source, 1.4 MB), and for mmdet
+# a STAND-IN: tests/ of the commit its recipe's git source names, as a subset archive (the whole
+# tag archive could not be had byte for byte, and would be 12 MB and more).
+SOURCES_DIR = Path(__file__).resolve().parents[1] / "data" / "sources"
+MMENGINE_GITHUB_FILE = "mmengine-0.10.7.github.tar.gz"
+MMDET_TESTS_STAND_IN = SOURCES_DIR / "mmdetection-3.3.0-tests.STAND-IN.tar.gz"
+MMDET_TESTS_STAND_IN_SHA256 = "2504e394e673716cff5c56c57966ba44d6093b8802387b3f65d432709776c495"
 
 
 class SourceUnavailable(RuntimeError):
@@ -61,10 +69,11 @@ MMCV_GITHUB_URL, MMCV_GITHUB_SHA256 = recipe_source(MMCV_RECIPE, "upstream")
 
 def shared_sources() -> tuple[Path, ...]:
     """Folders that may hold source archives: MMSTACK_SHARED_SOURCES, then shared/sources beside
-    the clone (../shared/sources) or inside it."""
+    the clone (../shared/sources) or inside it, then the ones committed under tests/data/sources."""
     env = os.environ.get("MMSTACK_SHARED_SOURCES", "")
     clone = Path(__file__).resolve().parents[2]
-    return (*((Path(env),) if env else ()), clone.parent / "shared" / "sources", clone / "shared" / "sources")
+    return (*((Path(env),) if env else ()), clone.parent / "shared" / "sources", clone / "shared" / "sources",
+            SOURCES_DIR)
 
 
 def fetch_checked(url: str, sha256: str, dest: Path, *, timeout: float = 120) -> Path:
@@ -104,16 +113,17 @@ def cached_sdist(name: str = "mmcv", *, cache_root: Path = CACHE_ROOT) -> Path:
 
 
 def obtain_github_archive(*, cache_root: Path = CACHE_ROOT, shared: tuple[Path, ...] | None = None,
-                          url: str = MMCV_GITHUB_URL, sha256: str = MMCV_GITHUB_SHA256) -> Path:
-    """upstream's tag archive in the test cache: already there, copied from a shared folder, or
-    downloaded from the recipe's URL, sha256 checked each time. Raises SourceUnavailable naming
-    where to put which file when none of these works."""
-    cached = cache_root / "sdist" / MMCV_GITHUB_FILE
+                          url: str = MMCV_GITHUB_URL, sha256: str = MMCV_GITHUB_SHA256,
+                          file: str = MMCV_GITHUB_FILE, name: str = "mmcv") -> Path:
+    """upstream's tag archive (`file`, mmcv's unless told) in the test cache: already there, copied
+    from a shared folder, or downloaded from the recipe's URL, sha256 checked each time. Raises
+    SourceUnavailable naming where to put which file when none of these works."""
+    cached = cache_root / "sdist" / file
     if cached.is_file() and _sha256(cached) == sha256:
         return cached
     folders = shared_sources() if shared is None else shared
     for folder in folders:
-        path = folder / MMCV_GITHUB_FILE
+        path = folder / file
         if path.is_file() and _sha256(path) == sha256:
             cached.parent.mkdir(parents=True, exist_ok=True)
             partial = cached.with_name(f"{cached.name}.partial-{os.getpid()}")
@@ -123,17 +133,21 @@ def obtain_github_archive(*, cache_root: Path = CACHE_ROOT, shared: tuple[Path, 
     try:
         return fetch_checked(url, sha256, cached)
     except SourceUnavailable as exc:
-        where = " or ".join(str(d / MMCV_GITHUB_FILE) for d in folders) or str(cached)
+        where = " or ".join(str(d / file) for d in folders) or str(cached)
         raise SourceUnavailable(
-            f"mmcv's tag archive is missing: {exc}; download {url} (sha256 {sha256}) on a machine that "
+            f"{name}'s tag archive is missing: {exc}; download {url} (sha256 {sha256}) on a machine that "
             f"can and save it as {where} (MMSTACK_SHARED_SOURCES names another folder)") from None
 
 
-def cached_github_archive(*, cache_root: Path = CACHE_ROOT) -> Path:
-    """obtain_github_archive for a test: where it cannot be had, the test fails with that one line
-    (no traceback), so the fix is what the run prints."""
+def cached_github_archive(*, cache_root: Path = CACHE_ROOT, name: str = "mmcv") -> Path:
+    """obtain_github_archive (mmcv's, or mmengine's) for a test: where it cannot be had, the test
+    fails with that one line (no traceback), so the fix is what the run prints."""
     try:
-        return obtain_github_archive(cache_root=cache_root)
+        if name == "mmcv":
+            return obtain_github_archive(cache_root=cache_root)
+        url, sha256 = recipe_source(MMCV_RECIPE.parents[1] / name / "recipe.yaml", "upstream")
+        return obtain_github_archive(cache_root=cache_root, url=url, sha256=sha256, file=MMENGINE_GITHUB_FILE,
+                                     name=name)
     except SourceUnavailable as exc:
         reason = str(exc)
     import pytest  # outside the except: pytest would print the chained exception too
@@ -164,13 +178,38 @@ def patched_sdist(name: str, dest: Path, extra: tuple[Path, ...] = ()) -> Path:
 
 
 def offline_recipe_for(name: str, recipe_dir: Path, dest: Path) -> Path:
-    """`offline_recipe` for one of SDISTS, fetching the sdist first if need be; the mmcv recipe's
-    second source (upstream's tag archive, for its tests) from the shared copy."""
+    """`offline_recipe` for one of SDISTS, fetching the sdist first if need be; the second source
+    (upstream's tests) from a local copy: mmcv's and mmengine's tag archives byte for byte (sha256
+    unchanged), mmdet's git commit replaced by the committed STAND-IN subset archive of its tests/."""
     url, _, version = SDISTS[name]
     out = offline_recipe(recipe_dir, dest, url=url, local_file=cached_sdist(name), version=version)
     if name == "mmcv":
         _point_url(out / "recipe.yaml", MMCV_GITHUB_URL, cached_github_archive(), version)
+    elif name == "mmengine":
+        github_url, _ = recipe_source(out / "recipe.yaml", "upstream")
+        _point_url(out / "recipe.yaml", github_url, cached_github_archive(name="mmengine"), version)
+    elif name == "mmdet":
+        stand_in_git_source(out / "recipe.yaml", MMDET_TESTS_STAND_IN, MMDET_TESTS_STAND_IN_SHA256)
     return out
+
+
+def stand_in_git_source(recipe: Path, archive: Path, sha256: str) -> None:
+    """Replace the recipe's one `git:` source (URL and `rev:` line) with `archive` (file:// URL, its
+    sha256), marked STAND-IN in the copy: offline, a subset of that commit stands in for the clone."""
+    lines = recipe.read_text().splitlines(keepends=True)
+    at = [i for i, line in enumerate(lines) if line.lstrip().startswith("- git: ")]
+    if len(at) != 1 or not lines[at[0] + 1].lstrip().startswith("rev: "):
+        raise AssertionError(f"{recipe}: expected one `- git:` source followed by its `rev:`")
+    i = at[0]
+    indent = lines[i][: len(lines[i]) - len(lines[i].lstrip())]
+    rev = lines[i + 1].split("rev:", 1)[1].strip()
+    lines[i:i + 2] = [
+        f"{indent}# STAND-IN (tests/support/offline.py): not a clone of {lines[i].split('git:', 1)[1].strip()} at\n",
+        f"{indent}# {rev} but a subset archive of that commit's tests/ (tests/data/sources/README.md)\n",
+        f"{indent}- url: {archive.resolve().as_uri()}\n",
+        f"{indent}  sha256: {sha256}\n",
+    ]
+    recipe.write_text("".join(lines))
 
 
 def offline_recipe(recipe_dir: Path, dest: Path, *, url: str, local_file: Path, version: str = "2.2.0") -> Path:

@@ -47,6 +47,11 @@ class _Recorder:
         self.outcomes: dict[str, str] = {}
         self.skips: dict[str, str] = {}
         self.collect_errors: list[str] = []
+        self.deselected = 0
+
+    def pytest_deselected(self, items) -> None:
+        # --deselect/-k: tests the recipe leaves out by name (its comment says why), counted apart
+        self.deselected += len(items)
 
     def pytest_collectreport(self, report) -> None:
         if report.failed:
@@ -107,6 +112,7 @@ def run(tests: list[Path], pytest_args: list[str], *, tf32: bool = False) -> tup
         "tf32": "torch default" if tf32 else ("off" if tf32_off else "no torch"),
         "seconds": round(time.monotonic() - started, 1),
         "collected": len(rec.outcomes),
+        "deselected": rec.deselected,
         "counts": {k: counts.get(k, 0) for k in ("passed", "failed", "error", "skipped", "xfailed", "xpassed")},
         "failed": failed + rec.collect_errors,
         "skip_reasons": [{"reason": r, "tests": n} for r, n in reasons.most_common()],
