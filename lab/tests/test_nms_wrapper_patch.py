@@ -41,7 +41,7 @@ def test_0014_applies_on_top_of_the_recipes_patches_without_fuzz(tmp_path):
     assert "@deprecated_api_warning({'iou_thr': 'iou_threshold'})\ndef soft_nms(" in text
     assert "split_thr = 20000 if boxes_for_nms.is_cuda and nms_op is nms else 10000" in text
     batched = text[text.index("def batched_nms("):text.index("def nms_match(")]
-    assert "offsets = idxs.to(boxes) * (max_coordinate + 1)" in batched  # no host-to-device copy of a 1
+    assert "max_coordinate + max_coordinate.new_ones(()))" in batched  # no host-to-device copy of a 1
     assert batched.count("max_coordinate + torch.tensor(1).to(boxes))") == 1  # the rotated boxes' branch keeps it
     assert "boxes = boxes[keep]" in batched  # an nms_op callable may return any index Python's indexing takes
     compile(text, "nms.py", "exec")
