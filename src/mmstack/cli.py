@@ -298,17 +298,41 @@ def main(argv: list[str] | None = None) -> int:
     typer runs in standalone mode, so a usage error (unknown command or option, missing argument)
     is reported by typer itself, usage line and all, with exit 2, whichever click it carries (typer
     >= 0.26 vendors its own as `typer._click`; older ones import click): mmstack names neither.
-    Every exit, a command's return code included, arrives here as SystemExit."""
+    Every exit, a command's return code included, arrives here as SystemExit. SIGINT and SIGTERM
+    end a command through commands/interrupts.py: one line, exit 130 / 143, its children ended."""
+    from mmstack.commands import interrupts
+
+    previous = interrupts.install()
+    try:
+        return _run(argv, interrupts)
+    except BaseException:  # whatever an interrupted native call raised on its way out; else a bug's traceback
+        _if_interrupted(interrupts)
+        raise
+    finally:
+        interrupts.restore(previous)
+
+
+def _run(argv: list[str] | None, interrupts) -> int:
     try:
         app(args=argv, prog_name="mmstack", standalone_mode=True)
     except SystemExit as exc:
+        _if_interrupted(interrupts)
         return _exit_code(exc.code)
     except MmstackError as exc:
+        _if_interrupted(interrupts)
         report.error_line(exc.one_line())
         if _wants_json(sys.argv[1:] if argv is None else argv):
             report.print_json({"ok": False, "error": error_doc(exc)})
         return exc.exit_code
     return 0
+
+
+def _if_interrupted(interrupts) -> None:
+    """Leave with the interrupt's line and exit code (130 SIGINT, 143 SIGTERM) if one is unwinding;
+    an error raised while it unwound (a build whose script was killed) is its consequence."""
+    exc = interrupts.raised()
+    if exc is not None:
+        interrupts.exit_interrupted(exc, report.info)
 
 
 def _wants_json(args: list[str]) -> bool:

@@ -15,6 +15,7 @@ import json
 import os
 import re
 import shutil
+import stat
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
@@ -23,6 +24,9 @@ from mmstack.errors import BadInput, BuildFailed, rattler_errors
 
 SUBDIRS = ("linux-64", "noarch")  # what mmstack builds; other subdirs are indexed if present
 LOCK_FILE = ".mmstack.lock"
+SHADOW_PREFIX = ".index-"  # + pid: the shadow copy an index is built in
+_SHADOW = re.compile(re.escape(SHADOW_PREFIX) + r"(\d+)")
+_PARTIAL = re.compile(r"\..+\.partial-(\d+)")  # a package add_packages moves in under a temporary name
 _PACKAGE_SUFFIXES = (".conda", ".tar.bz2")
 Progress = Callable[[str, int, int], None]  # (what runs, packages done, packages in all)
 _SUBDIR = re.compile(r"noarch|(linux|osx|win|emscripten|wasi|zos)-[a-z0-9_]+")
@@ -180,11 +184,12 @@ def _index_locked(channel: Path, *, replaced: Iterable[str] | None = None, on_pr
     """
     from rattler.index import index_fs
 
-    shadow = channel / f".index-{os.getpid()}"
-    shutil.rmtree(shadow, ignore_errors=True)
+    shadow = channel / f"{SHADOW_PREFIX}{os.getpid()}"
+    clear_stale(channel)
     try:
         subdirs = [d for d in sorted(channel.iterdir())
                    if d.is_dir() and not d.name.startswith(".") and (d.name in SUBDIRS or _has_packages(d))]
+        _require_regular(channel, subdirs)
         to_read = []
         for sub in subdirs:
             (shadow / sub.name).mkdir(parents=True)
@@ -208,7 +213,68 @@ def _index_locked(channel: Path, *, replaced: Iterable[str] | None = None, on_pr
                 if produced.is_file() and not produced.name.endswith(_PACKAGE_SUFFIXES):
                     os.replace(produced, sub / produced.name)
     finally:
-        shutil.rmtree(shadow, ignore_errors=True)
+        try:
+            shutil.rmtree(shadow, ignore_errors=True)
+        finally:  # again, should a signal have cut the first one short (the CLI raises only the first)
+            shutil.rmtree(shadow, ignore_errors=True)
+
+
+def clear_stale(channel: Path) -> list[str]:
+    """Remove what an index or an add killed mid-way left (SIGKILL, a power cut): `.index-<pid>/`
+    shadows and `.<package>.partial-<pid>` files whose process is gone. Called under the channel's
+    lock, so no live indexer of this channel owns them; a live pid's are left alone all the same."""
+    removed = []
+    for entry in channel.iterdir():
+        m = _SHADOW.fullmatch(entry.name)
+        if m and entry.is_dir() and not entry.is_symlink() and not _pid_alive(int(m.group(1))):
+            shutil.rmtree(entry, ignore_errors=True)
+            removed.append(entry.name)
+        elif entry.is_dir() and not entry.name.startswith("."):
+            for part in entry.glob(".*.partial-*"):
+                pm = _PARTIAL.fullmatch(part.name)
+                if pm and not _pid_alive(int(pm.group(1))):
+                    part.unlink(missing_ok=True)
+                    removed.append(f"{entry.name}/{part.name}")
+    return removed
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return False  # ours from an earlier index in this process: done with
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
+def _require_regular(channel: Path, subdirs: list[Path]) -> None:
+    """Every package file is a regular file (or a link to one): a FIFO would hang the reader, a
+    device would be read without end. BadInput naming them, before anything is read."""
+    odd = []
+    for sub in subdirs:
+        for pkg in sub.iterdir():
+            if not pkg.name.endswith(_PACKAGE_SUFFIXES) or pkg.name.startswith("."):
+                continue
+            try:
+                mode = pkg.stat().st_mode
+            except OSError as exc:
+                odd.append(f"{pkg.relative_to(channel)} ({exc.strerror or exc})")
+                continue
+            if not stat.S_ISREG(mode):
+                odd.append(f"{pkg.relative_to(channel)} ({_special_kind(mode)}, not a regular file)")
+    if odd:
+        raise BadInput(f"{len(odd)} package name(s) are not package files: {'; '.join(sorted(odd)[:5])}"
+                       + (" ..." if len(odd) > 5 else ""), source=str(channel),
+                       fix="remove them (a package is a regular .conda or .tar.bz2 file); the index was left as it was")
+
+
+def _special_kind(mode: int) -> str:
+    kinds = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+             (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a directory"))
+    return next((name for test, name in kinds if test(mode)), "a special file")
 
 
 def _require_readable(channel: Path, packages: list[Path], on_progress: Progress | None = None) -> None:

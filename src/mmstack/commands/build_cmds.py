@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json as jsonlib
+import shlex
 from pathlib import Path
 
 from mmstack import report
@@ -19,10 +20,12 @@ from mmstack.builder.recipes import (
     run_stack_build,
     selection_for_env,
 )
+from mmstack.commands import interrupts, targets
 from mmstack.errors import BadInput
 from mmstack.progress import steps_on_stderr
 
 LARGE_CHANNEL = 200  # packages: `mmstack channel index` shows its progress above this
+BUILD_GRACE_S = 10.0  # after a signal, how long a build (or test) whose script was ended may take to clean up
 
 
 def _with_variants(root: Path, recipes: tuple[str, ...]) -> list[str]:
@@ -66,30 +69,32 @@ def run_build_cmd(*, root: Path, channel: Path, env: str | None, build_all: bool
         from mmstack.variants.matrix import check_overrides
 
         check_overrides(load_facts(), root / "conda_build_config.yaml", overrides, env=ALL if build_all else env)
+    output_channel(channel)  # every place the build writes, before it starts
+    if log is not None:
+        targets.writable_file(log, option="--log")
+    if work_dir is not None:
+        targets.writable_dir(work_dir, option="--work-dir", what="build trees")
     sources = tuple(extra_channels or DEFAULT_CHANNELS)
     require_reachable(sources, option="--source-channel")
     if work_dir is not None:
         work_dir.mkdir(parents=True, exist_ok=True)
-    watch = _watch(quiet)
     built = []
     receipts = Receipts("mmstack build")
-    try:
-        for name in names:  # one recipe at a time: each landed recipe gets its receipts even if a later one fails
-            landed = run_stack_build(root=root, channel_dir=channel, env=ALL if build_all else env,
-                                     recipes=(name,), extra_channels=sources, test=test, progress=report.info,
-                                     overrides=overrides or None, keep_build=keep_build, work_dir=work_dir,
-                                     log_file=log, watch=watch)
-            if test:  # a package lands only when its test section passed
-                for b in landed:
-                    count = _test_count(b.path)
-                    if count:  # a section of no tests proves nothing: no receipt
-                        receipts.write(b.path, name=b.name, version=b.version, build_string=b.build_string,
-                                       subdir=b.path.parent.name, test_results=b.test_results, passed=count,
-                                       seconds=b.seconds)
-            built += landed
-    finally:
-        if watch:
-            watch.close()
+    for name in names:  # one recipe at a time: each landed recipe gets its receipts even if a later one fails
+        # the engine holds the GIL for a whole build: it runs in a child process (interrupts.py), which
+        # a signal ends (its build script first, then BUILD_GRACE_S to remove its build tree)
+        landed = interrupts.in_process(
+            _build_with_progress, quiet=quiet, root=root, channel_dir=channel, env=ALL if build_all else env,
+            recipes=(name,), extra_channels=sources, test=test, overrides=overrides or None,
+            keep_build=keep_build, work_dir=work_dir, log_file=log, grace=BUILD_GRACE_S)
+        if test:  # a package lands only when its test section passed
+            for b in landed:
+                count = _test_count(b.path)
+                if count:  # a section of no tests proves nothing: no receipt
+                    receipts.write(b.path, name=b.name, version=b.version, build_string=b.build_string,
+                                   subdir=b.path.parent.name, test_results=b.test_results, passed=count,
+                                   seconds=b.seconds)
+        built += landed
     if as_json:
         report.print_json({"channel": str(channel.resolve()),
                            "packages": [{**b.as_dict(), "receipt": receipts.written.get(b.path)} for b in built]})
@@ -115,26 +120,24 @@ def run_test_cmd(*, packages: list[Path], channel: Path, extra_channels: list[st
     exists, then the source channels. Exit 0 when every test of every package passed, 1 if one
     failed (its last error line and a log file named), 2 for a file that is not a package.
     """
-    from mmstack.builder.tester import open_package, run_package_tests
+    from mmstack.builder.tester import open_package
 
     for path in packages:
         open_package(path)  # bad input before any network probe or test environment
+    if log is not None:
+        targets.writable_file(log, option="--log")
     sources = tuple(extra_channels or DEFAULT_CHANNELS)
     require_reachable(sources, option="--source-channel")
     channels = ([channel] if channel.is_dir() else []) + list(sources)
-    watch = _watch(quiet)
     tested = []
     receipts = Receipts("mmstack test")
-    try:
-        for path in packages:
-            t = run_package_tests(path, channels=channels, progress=report.info, log_file=log, watch=watch)
-            if t.ok:
-                receipts.write(t.path, name=t.name, version=t.version, build_string=t.build_string, subdir=t.subdir,
-                               test_results=t.test_results, passed=len(t.passed), seconds=t.seconds)
-            tested.append(t)
-    finally:
-        if watch:
-            watch.close()
+    for path in packages:  # the engine in a child process, as for build
+        t = interrupts.in_process(_test_with_progress, path, quiet=quiet, channels=channels, log_file=log,
+                                  grace=BUILD_GRACE_S)
+        if t.ok:
+            receipts.write(t.path, name=t.name, version=t.version, build_string=t.build_string, subdir=t.subdir,
+                           test_results=t.test_results, passed=len(t.passed), seconds=t.seconds)
+        tested.append(t)
     ok = all(t.ok for t in tested)
     if as_json:
         report.print_json({"passed": ok, "channels": [str(c) for c in channels],
@@ -149,6 +152,28 @@ def run_test_cmd(*, packages: list[Path], channel: Path, extra_channels: list[st
         if not t.ok:
             report.info(f"{t.name} {t.build_string}: FAILED: {t.failure}" + (f" (full output: {t.log_file})" if t.log_file else ""))
     return 0 if ok else 1
+
+
+def _build_with_progress(*, quiet: bool, **kwargs) -> list:
+    """run_stack_build with this process's progress display (in_process's child runs it)."""
+    watch = _watch(quiet)
+    try:
+        return run_stack_build(progress=report.info, watch=watch, **kwargs)
+    finally:
+        if watch:
+            watch.close()
+
+
+def _test_with_progress(path: Path, *, quiet: bool, **kwargs):
+    """run_package_tests with this process's progress display (in_process's child runs it)."""
+    from mmstack.builder.tester import run_package_tests
+
+    watch = _watch(quiet)
+    try:
+        return run_package_tests(path, progress=report.info, watch=watch, **kwargs)
+    finally:
+        if watch:
+            watch.close()
 
 
 def _test_count(package: Path) -> int:
@@ -192,7 +217,17 @@ def install_hint(channel: Path, names: list[str]) -> str:
     if not names:
         return "nothing built"
     pkgs = " ".join(dict.fromkeys(n for n in ("mmcv", "mmdet", "mmstack") if n in names)) or " ".join(dict.fromkeys(names))
-    return f"install with: conda install -c {channel.resolve()} -c conda-forge {pkgs}"
+    return f"install with: conda install -c {shlex.quote(str(channel.resolve()))} -c conda-forge {pkgs}"
+
+
+def output_channel(channel: Path) -> None:
+    """`build --channel`: a writable directory that is a new or empty one (it becomes a channel) or an
+    indexed channel; an unindexed one is named as such, with `mmstack channel index` as the fix."""
+    targets.writable_dir(channel, option="--channel", what="packages")
+    if channel.is_dir() and any(channel.iterdir()) and not (channel / "noarch" / "repodata.json").is_file():
+        raise BadInput(f"--channel {channel}: not an indexed conda channel (no noarch/repodata.json)",
+                       fix=f"index it first: mmstack channel index {shlex.quote(str(channel))}, or pass an "
+                           "empty or new directory")
 
 
 def parse_variant_overrides(items: list[str]) -> dict[str, str]:
@@ -214,6 +249,8 @@ def run_channel_index(*, path: Path, as_json: bool, quiet: bool = False) -> int:
     """(Re)write every subdir's repodata.json atomically; print what each subdir now holds.
 
     Unless `quiet`, a channel of more than LARGE_CHANNEL packages shows on stderr how many are read."""
+    if path.is_dir():  # a missing one is index_channel's to refuse
+        targets.writable_dir(path, option="channel index", what="repodata.json")
     watch = steps_on_stderr("channel index", quiet=quiet)
 
     def on_progress(label: str, done: int, total: int) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from mmstack import progress, report
 from mmstack.builder.reach import require_reachable
+from mmstack.commands import interrupts, targets
 from mmstack.envs import lock, lockfile, policy
 from mmstack.envs.lockfile import LockedEnv
 from mmstack.facts.gpus import Facts
@@ -28,8 +29,12 @@ def run_lock(*, root: Path = Path("."), envs: list[str] | None = None, channels:
         return 1
     root = inputs.root
     ymls = lock.env_ymls(inputs)
+    targets.writable_dir(root / "envs", option="--root", what="envs/ of")
+    if not yml_only:
+        targets.writable_dir(root, option="--root", what="pixi.lock's directory")
     if yml_only:
-        lockfile.write_atomically(ymls)
+        with interrupts.deferred():  # renamed into place all together or not at all
+            lockfile.write_atomically(ymls)
         report.info(f"wrote {len(ymls)} envs/*.yml")
         if as_json:
             report.print_json({"ok": True, "written": sorted(str(f.relative_to(root)) for f in ymls), "environments": {}})
@@ -42,13 +47,15 @@ def run_lock(*, root: Path = Path("."), envs: list[str] | None = None, channels:
     report.info(f"solving {len(names)} environment(s) against {', '.join(inputs.channels)}")
     watch = progress.steps_on_stderr("lock", quiet=quiet)
     try:
-        solved = lock.solve_envs(inputs, names, on_env=(lambda i, n, name: watch.step(f"solving {name}", i, n))
-                                 if watch else None)
+        # in a worker thread: a signal is raised in this thread's wait, never inside py-rattler (interrupts.py)
+        solved = interrupts.in_worker(lock.solve_envs, inputs, names,
+                                      on_env=(lambda i, n, name: watch.step(f"solving {name}", i, n)) if watch else None)
     finally:
         if watch:
             watch.close()
     files, all_envs = lock.lock_files(inputs, solved, old, ymls)
-    lockfile.write_atomically(files)
+    with interrupts.deferred():
+        lockfile.write_atomically(files)
 
     if as_json:  # stdout for CI: what was written and each solved environment's packages (per platform where several)
         report.print_json({"ok": True, "written": sorted(str(Path(f).relative_to(root)) for f in files),

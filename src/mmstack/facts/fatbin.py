@@ -231,9 +231,31 @@ def _list_member(fileobj: IO[bytes], where: str) -> ObjectListing | None:
         return _list_elf(tmp, where)
 
 
-def _list_tar(tar: tarfile.TarFile, prefix: str) -> list[ObjectListing]:
+# Decompression is bounded: an archive whose members unpack to more than UNPACK_RATIO times what it
+# stores (and more than UNPACK_FLOOR) is refused before they are read. Real packages unpack to a few
+# times their size (CUDA fatbins are stored compressed already); a bomb to thousands of times.
+UNPACK_RATIO = 100
+UNPACK_FLOOR = 64 << 20
+
+
+def unpack_limit(packed: int) -> int:
+    """The most bytes an archive member (or a whole archive) of `packed` stored bytes may unpack to."""
+    return max(UNPACK_RATIO * packed, UNPACK_FLOOR)
+
+
+def _hostile(where: str, unpacked: int, packed: int) -> BadInput:
+    return BadInput(f"damaged or hostile package: unpacks to over {unpacked:,} bytes from {packed:,} stored "
+                    f"(more than {UNPACK_RATIO}x and {UNPACK_FLOOR >> 20} MiB); nothing more was read",
+                    fix="download or build it again from a source you trust", source=where)
+
+
+def _list_tar(tar: tarfile.TarFile, prefix: str, packed: int, where: str) -> list[ObjectListing]:
     found = []
+    limit, unpacked = unpack_limit(packed), 0
     for member in tar:  # streams: works on "r|" modes, so a .tar.zst pipe is never held in memory
+        unpacked += max(member.size, 0)  # checked before the member's bytes are read (or skipped)
+        if unpacked > limit:
+            raise _hostile(where, unpacked, packed)
         if member.isfile() and _SHARED_OBJECT.search(member.name):
             fileobj = tar.extractfile(member)  # None only for members that are not regular files
             listing = _list_member(fileobj, f"{prefix}!{member.name}") if fileobj is not None else None
@@ -242,7 +264,7 @@ def _list_tar(tar: tarfile.TarFile, prefix: str) -> list[ObjectListing]:
     return found
 
 
-def _list_tar_zst(fileobj: IO[bytes], prefix: str, member: str) -> list[ObjectListing]:
+def _list_tar_zst(fileobj: IO[bytes], prefix: str, member: str, stored: int) -> list[ObjectListing]:
     """The shared objects in a .conda's pkg-*.tar.zst member; a corrupt stream is named as damage."""
     where = f"{prefix}!{member}"
     try:
@@ -253,7 +275,7 @@ def _list_tar_zst(fileobj: IO[bytes], prefix: str, member: str) -> list[ObjectLi
         try:
             with zstandard.ZstdDecompressor().stream_reader(fileobj) as raw, \
                     tarfile.open(fileobj=raw, mode="r|") as tar:
-                return _list_tar(tar, prefix)
+                return _list_tar(tar, prefix, stored, where)
         except (zstandard.ZstdError, tarfile.TarError, EOFError) as exc:
             raise _damaged(exc, where) from None
     if shutil.which("zstd") is None:
@@ -266,12 +288,15 @@ def _list_tar_zst(fileobj: IO[bytes], prefix: str, member: str) -> list[ObjectLi
             assert proc.stdout is not None
             try:
                 with tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
-                    found = _list_tar(tar, prefix)
+                    found = _list_tar(tar, prefix, stored, where)
                 while proc.stdout.read(1 << 20):  # the tar's padding: zstd ends without a broken pipe
                     pass
             except (tarfile.TarError, EOFError) as exc:
                 found, error = [], exc
                 proc.kill()
+            except BadInput:
+                proc.kill()
+                raise
         # leaving the Popen block closed zstd's stdout and waited for it
         errors.seek(0)
         message = errors.read().decode(errors="replace").strip()
@@ -295,8 +320,10 @@ def _list_zip(path: IO[bytes], where: str, on_read: Callable[[int, int], None] |
             done += info.compress_size
             if re.fullmatch(r"pkg-.*\.tar\.zst", info.filename):  # a .conda package
                 with zf.open(info) as inner:
-                    found += _list_tar_zst(inner, where, info.filename)
+                    found += _list_tar_zst(inner, where, info.filename, info.compress_size)
             elif _SHARED_OBJECT.search(info.filename):
+                if info.file_size > unpack_limit(info.compress_size):  # zipfile reads no more than this size
+                    raise _hostile(f"{where}!{info.filename}", info.file_size, info.compress_size)
                 with zf.open(info) as member:
                     listing = _list_member(member, f"{where}!{info.filename}")
                 if listing is not None:
@@ -362,7 +389,7 @@ def list_fatbins(path: str | Path, *, on_read: Callable[[int, int], None] | None
             if tarfile.is_tarfile(stream):
                 stream.seek(0)
                 with tarfile.open(fileobj=stream, mode="r|*") as tar:
-                    return _list_tar(tar, where)
+                    return _list_tar(tar, where, os.fstat(stream.fileno()).st_size, where)
         except (zipfile.BadZipFile, tarfile.TarError, EOFError, zlib.error, lzma.LZMAError) as exc:
             raise _damaged(exc, where) from None
         except OSError as exc:

@@ -136,29 +136,29 @@ def _child_once(parts: list[str], *, python: str, timeout: float, opts: dict, en
                 raise BadInput(f"cannot run {python}: {exc.strerror}", fix="pass a Python interpreter to --python") from None
             records: list[dict] = []
             pos, current, since, timed_out = 0, None, wall0, False
-            while True:
-                try:
-                    proc.wait(timeout=_POLL_S)
-                    break
-                except subprocess.TimeoutExpired:
-                    pass
-                seen = len(records)
-                pos = _journal(journal, pos, records)
-                for rec in records[seen:]:  # the timeout runs per part, from the part's start
-                    if on_record is not None:
-                        on_record(rec)
-                    if "start" in rec:
-                        current, since = rec["part"], rec["start"]
-                    elif rec.get("done") and rec.get("part") == current:
-                        current, since = None, time.time()
-                if time.time() - since > timeout:
-                    timed_out = True
+            try:
+                while True:
                     try:
-                        os.killpg(proc.pid, signal.SIGKILL)  # the child's session: it and anything it started
-                    except ProcessLookupError:
+                        proc.wait(timeout=_POLL_S)
+                        break
+                    except subprocess.TimeoutExpired:
                         pass
-                    proc.wait()
-                    break
+                    seen = len(records)
+                    pos = _journal(journal, pos, records)
+                    for rec in records[seen:]:  # the timeout runs per part, from the part's start
+                        if on_record is not None:
+                            on_record(rec)
+                        if "start" in rec:
+                            current, since = rec["part"], rec["start"]
+                        elif rec.get("done") and rec.get("part") == current:
+                            current, since = None, time.time()
+                    if time.time() - since > timeout:
+                        timed_out = True
+                        _end_session(proc)
+                        break
+            except BaseException:  # SIGINT/SIGTERM (commands/interrupts.py) or anything else: the child ends with us
+                _end_session(proc)
+                raise
         seen = len(records)
         _journal(journal, pos, records)
         if on_record is not None:  # what the child wrote after the last poll (a fast level, the last one)
@@ -195,6 +195,17 @@ def _child_once(parts: list[str], *, python: str, timeout: float, opts: dict, en
             run.returncode = 1  # exited cleanly without finishing the part: not a pass
         info["died_in"] = run.mode
     return runs, info
+
+
+def _end_session(proc: subprocess.Popen) -> None:
+    """Kill the child's session (it and anything it started: torchrun, its ranks) and reap the child.
+    The child runs in its own session, so a Ctrl-C at the terminal never reaches it: this is the one
+    way it ends early."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
 
 
 def run_parts(parts: list[str], *, python: str, timeout: float, opts: dict | None = None,
