@@ -29,9 +29,9 @@ def run_lock(*, root: Path = Path("."), envs: list[str] | None = None, channels:
         return 1
     root = inputs.root
     ymls = lock.env_ymls(inputs)
-    targets.writable_dir(root / "envs", option="--root", what="envs/ of")
+    targets.writable_dir(root / "envs", option="--root", what="envs/*.yml", given=root)  # before any solve
     if not yml_only:
-        targets.writable_dir(root, option="--root", what="pixi.lock's directory")
+        targets.writable_dir(root, option="--root", what="pixi.lock")
     if yml_only:
         with interrupts.deferred():  # renamed into place all together or not at all
             lockfile.write_atomically(ymls)

@@ -17,15 +17,17 @@ from pathlib import Path
 from mmstack.errors import BadInput
 
 
-def writable_dir(path: Path, *, option: str, what: str = "into it") -> Path:
-    """`path` is a directory this command writes `what` into, or a new one it may create."""
+def writable_dir(path: Path, *, option: str, what: str = "into it", given: Path | None = None) -> Path:
+    """`path` is a directory this command writes `what` into, or a new one it may create. `given`:
+    the option's value, where `path` is derived from it (--root DIR: DIR/envs)."""
+    shown = given if given is not None else path
     place = _existing(path)
     if not place.is_dir():
         who = "" if place == path.absolute() else f"{place} is "
-        raise BadInput(f"{option} {path}: {who}{_kind(place)}, not a directory",
+        raise BadInput(f"{option} {shown}: {who}{_kind(place)}, not a directory",
                        fix=f"pass a directory for {option}" if place == path.absolute() else
                            f"{place} is in the way: pick another path for {option}")
-    _probe(place, option, path, f"write {what}" if place == path.absolute() else f"create it in {place}")
+    _probe(place, option, shown, f"write {what}" if place == path.absolute() else f"create {path.name}/ in {place}")
     return path
 
 
