@@ -261,7 +261,7 @@ def test_channel_index_interrupted_leaves_no_shadow(tmp_path, probe_conda, signu
     """3,000 packages (hard links of one): reading them and rattler's index take a couple of seconds,
     so the signal lands in the reading (0) or in rattler's index_fs (later)."""
     channel = _channel_of_links(tmp_path / "channel", probe_conda, 3000)
-    cli = Cli("channel", "index", str(channel))
+    cli = Cli("channel", "index", str(channel), "--json")
     cli.wait_for(lambda: cli.saw("reading"))
     time.sleep(delay)
     cli.proc.send_signal(signum)
@@ -271,6 +271,8 @@ def test_channel_index_interrupted_leaves_no_shadow(tmp_path, probe_conda, signu
     assert code == 128 + signum or delay, "interrupted when the reading had just begun"
     if code == 128 + signum:
         assert err.rstrip().splitlines()[-1].startswith(f"mmstack: interrupted by {signal.Signals(signum).name}")
+        doc = json.loads("".join(cli.out))  # --json: stdout says so too
+        assert doc["ok"] is False and doc["error"]["kind"] == "Interrupted" and doc["error"]["exit_code"] == code
     assert not list(channel.glob(".index-*")), "the shadow copy was removed"
     assert not temp_leftovers(channel)
     for repodata in channel.glob("*/repodata.json"):

@@ -306,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _run(argv, interrupts)
     except BaseException:  # whatever an interrupted native call raised on its way out; else a bug's traceback
-        _if_interrupted(interrupts)
+        _if_interrupted(interrupts, argv)
         raise
     finally:
         interrupts.restore(previous)
@@ -316,10 +316,10 @@ def _run(argv: list[str] | None, interrupts) -> int:
     try:
         app(args=argv, prog_name="mmstack", standalone_mode=True)
     except SystemExit as exc:
-        _if_interrupted(interrupts)
+        _if_interrupted(interrupts, argv)
         return _exit_code(exc.code)
     except MmstackError as exc:
-        _if_interrupted(interrupts)
+        _if_interrupted(interrupts, argv)
         report.error_line(exc.one_line())
         if _wants_json(sys.argv[1:] if argv is None else argv):
             report.print_json({"ok": False, "error": error_doc(exc)})
@@ -327,12 +327,21 @@ def _run(argv: list[str] | None, interrupts) -> int:
     return 0
 
 
-def _if_interrupted(interrupts) -> None:
+def _if_interrupted(interrupts, argv: list[str] | None) -> None:
     """Leave with the interrupt's line and exit code (130 SIGINT, 143 SIGTERM) if one is unwinding;
-    an error raised while it unwound (a build whose script was killed) is its consequence."""
+    an error raised while it unwound (a build whose script was killed) is its consequence. With
+    --json, stdout gets the error document as for any other stop."""
     exc = interrupts.raised()
-    if exc is not None:
-        interrupts.exit_interrupted(exc, report.info)
+    if exc is None:
+        return
+
+    def say(line: str) -> None:
+        report.info(line)
+        if _wants_json(sys.argv[1:] if argv is None else argv):
+            report.print_json({"ok": False, "error": {"kind": "Interrupted", "exit_code": exc.exit_code,
+                                                      "message": line, "source": None, "fix": None, "line": line}})
+
+    interrupts.exit_interrupted(exc, say)
 
 
 def _wants_json(args: list[str]) -> bool:
