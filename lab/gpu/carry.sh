@@ -22,7 +22,8 @@ dl "$C/big" "py-rattler==$(ver py-rattler)" "py-rattler-build==$(ver py-rattler-
 # what the device image lacks (KINDS.md's package list against bootstrap.WHEELS)
 dl "$C/wheels" pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5 \
   pyelftools==0.33 addict==2.4.0 mmengine-lite==0.10.7 yapf==0.43.0 platformdirs==4.14.9 termcolor==3.3.0 \
-  pycocotools==2.0.11 shapely==2.2.0 terminaltables==3.1.10 zstandard==0.25.0  # zstandard: info/link.json into .conda files
+  pycocotools==2.0.11 shapely==2.2.0 terminaltables==3.1.10 parameterized==0.9.0 \
+  zstandard==0.25.0  # zstandard: info/link.json into .conda files; parameterized: mmengine's upstream tests
 tmp="$(mktemp -d)"
 for w in "$C"/big/*.whl; do unzip -q -o "$w" -d "$tmp/site"; done
 tar cf - -C "$tmp" site | xz -T0 -9 > "$C/site.tar.xz"
