@@ -15,6 +15,7 @@ a read-only bind mount made in a user and mount namespace (`unshare -rm`, the CL
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -118,6 +119,30 @@ def no_orphans(token: str, settle: float = 2.0) -> None:
     assert not processes_with(token), processes_with(token)
 
 
+def kill_orphans(token: str) -> None:
+    """Kill (by pid) what a failed test left: the orphan, and the build script running it."""
+    for entry in processes_with(token):
+        pid = int(entry.split(":", 1)[0])
+        try:
+            parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            script = b"conda_build.sh" in Path(f"/proc/{parent}/cmdline").read_bytes()
+        except (OSError, ValueError, IndexError):
+            script = False
+        for victim in (pid, parent) if script else (pid,):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(victim, signal.SIGKILL)
+
+
+@pytest.fixture
+def token(request, tmp_path):
+    """A name the test's processes carry in their command line; whatever still carries it is killed
+    when the test ends, passed or not."""
+    name = f"mmstack-fault-{os.getpid()}-{abs(hash(request.node.nodeid)) % 10**8}"
+    yield name
+    kill_orphans(name)
+    kill_orphans(str(tmp_path))
+
+
 def temp_leftovers(*dirs: Path) -> list[Path]:
     """What an interrupted write may leave: the channel's `.index-<pid>/`, `.<pkg>.partial-<pid>`, a lock's
     `.<file>.<hex>.tmp`, the write checks' `.mmstack-write-check-*`."""
@@ -156,8 +181,7 @@ def sleeping_recipe(dest: Path, token: str, *, in_test: bool) -> Path:
 
 
 @pytest.mark.parametrize("signum", SIGNALS, ids=lambda s: signal.Signals(s).name)
-def test_build_interrupted_ends_its_script_and_lands_nothing(tmp_path, empty_channel, signum):
-    token = f"mmstack-fault-build-{os.getpid()}-{signum}"
+def test_build_interrupted_ends_its_script_and_lands_nothing(tmp_path, empty_channel, signum, token):
     recipe = sleeping_recipe(tmp_path / "recipe", token, in_test=False)
     channel, work = tmp_path / "channel", tmp_path / "work"
     cli = Cli("build", "--root", str(ROOT), "--recipe", str(recipe), "--channel", str(channel), "--no-test",
@@ -171,8 +195,7 @@ def test_build_interrupted_ends_its_script_and_lands_nothing(tmp_path, empty_cha
 
 
 @pytest.mark.parametrize("signum", SIGNALS, ids=lambda s: signal.Signals(s).name)
-def test_test_interrupted_ends_its_test_script(tmp_path, empty_channel, signum):
-    token = f"mmstack-fault-test-{os.getpid()}-{signum}"
+def test_test_interrupted_ends_its_test_script(tmp_path, empty_channel, signum, token):
     recipe = sleeping_recipe(tmp_path / "recipe", token, in_test=True)
     channel = tmp_path / "channel"
     code = subprocess.run([sys.executable, "-m", "mmstack.cli", "build", "--root", str(ROOT), "--recipe", str(recipe),
@@ -226,7 +249,7 @@ def test_lock_interrupted_in_the_solve(tmp_path, lock_inputs, signum, delay):
 
 
 @pytest.mark.parametrize("signum", SIGNALS, ids=lambda s: signal.Signals(s).name)
-def test_verify_interrupted_ends_its_ladder_child(tmp_path, real_mmcv_python, signum):
+def test_verify_interrupted_ends_its_ladder_child(tmp_path, real_mmcv_python, signum, token):
     """The ladder child runs in its own session (a Ctrl-C at the terminal never reaches it): verify
     must end it. Its journal lives under TMPDIR, so its command line names tmp_path."""
     cli = Cli("verify", "--python", real_mmcv_python, "--levels", "L1,L2,L3,L4", "--quiet",
