@@ -865,6 +865,10 @@ def _size_projection(bench) -> float:
 
 VALUES: dict[str, Value] = {
     "ci-cpu-hours": Value(_cost_sources()[0], spec="{:.1f}", compute=_ci_hours),
+    "e2e-py313-passed": Value("cpu-dev/e2e_py313_cpu.json", "upstream_tests.counts.passed"),
+    "e2e-py313-failed": Value("cpu-dev/e2e_py313_cpu.json", "upstream_tests.counts.failed"),
+    "e2e-py313-skipped": Value("cpu-dev/e2e_py313_cpu.json", "upstream_tests.counts.skipped"),
+    "e2e-py313-minutes": Value("cpu-dev/e2e_py313_cpu.json", "wall_s", compute=lambda d: round(d["wall_s"] / 60)),
     "ci-variants": Value(_cost_sources()[0], compute=_ci_variants),
     "h200-r5-roi-align-fp16-bwd-range": Value(f"{_R5}/ops_full_sm90.json",
                                               compute=lambda d: _range(_fp16_fwd_bwd(d, "roi_align"))),
