@@ -27,6 +27,7 @@ that arrives inside it is raised when the block ends.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import pickle
 import select
@@ -151,8 +152,10 @@ def in_process(fn: Callable[..., T], /, *args: object, grace: float = 0.0, **kwa
         return fn(*args, **kwargs)
     read_fd, write_fd = os.pipe()
     try:
-        proc = subprocess.Popen([sys.executable, "-c", _CHILD_BOOT, str(write_fd)], stdin=subprocess.PIPE,
-                                pass_fds=(write_fd,))
+        # the child imports what this process imports: its sys.path, not an environment variable
+        # (a PYTHONPATH would reach the build scripts the engine runs)
+        proc = subprocess.Popen([sys.executable, "-c", _CHILD_BOOT, str(write_fd), json.dumps(sys.path)],
+                                stdin=subprocess.PIPE, pass_fds=(write_fd,))
     finally:
         os.close(write_fd)
     entry = (proc.pid, grace)
@@ -183,7 +186,8 @@ def in_process(fn: Callable[..., T], /, *args: object, grace: float = 0.0, **kwa
     return value
 
 
-_CHILD_BOOT = "import sys; from mmstack.commands.interrupts import child_main; child_main(int(sys.argv[1]))"
+_CHILD_BOOT = ("import json, sys; sys.path[:] = json.loads(sys.argv[2]); "
+               "from mmstack.commands.interrupts import child_main; child_main(int(sys.argv[1]))")
 
 
 def child_main(result_fd: int) -> None:
