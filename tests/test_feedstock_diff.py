@@ -33,6 +33,10 @@ def _assigned(script: Path) -> set[str]:
 
 def _pairs() -> list[tuple[dict, dict]]:
     ours = load_current(OURS)["variants"]
+    # the feedstock builds one pytorch; ours two rows (conda-forge's pin and its migration target):
+    # its builds pair with the target's, the row that has every build
+    target = max({v["variant"]["pytorch"] for v in ours}, key=lambda t: tuple(int(x) for x in t.split(".")))
+    ours = [v for v in ours if v["variant"]["pytorch"] == target]
     pairs = []
     for theirs in load_current(FEED / "render.json")["variants"]:
         cuda = theirs["variant"]["cuda_compiler_version"]

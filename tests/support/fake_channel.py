@@ -121,8 +121,9 @@ def standard_packages(matrix, *, pythons=("3.11", "3.12"), cuda_versions=("12.8"
         tag = v.python.replace(".", "")
         # recipes/mmcv: the build number is the matrix's (cpu 0 < fat 100 < per-generation by arch)
         # recipes/mmcv's run constraint: a CUDA mmcv with a CUDA pytorch, the CPU one with a CPU pytorch
-        # the hash part stands for the variant's: rows of two pytorch minors share the prefix
-        pkgs.append(Pkg("mmcv", "2.2.0", f"{v.build_string_prefix}_py{tag}_h{v.pytorch.replace('.', '')}",
+        # rows of two pytorch minors share the prefix; the hash (of the depends: the pytorch pin)
+        # tells them apart, as the recipe's variant hash does
+        pkgs.append(Pkg("mmcv", "2.2.0", f"{v.build_string_prefix}_py{tag}",
                         depends=mmcv_depends(v, cuda_arch_guard=cuda_arch_guard), build_number=v.build_number,
                         constrains=(f"pytorch * {'cpu' if v.cuda is None else 'cuda'}*",)))
     # recipes/mmdet's build (patched for mmcv 2.2) and conda-forge's unpatched one, which the
