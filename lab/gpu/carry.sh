@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Prepare .carry/ for the GPU proof (python -m mmstack_lab.proof.run) on the lent H200 (CPython 3.12, no network, 64 MiB a
 # call): the wheels its image lacks, py-rattler(-build) unpacked and xz-compressed (their wheels
-# alone are 52 MB; site.tar.xz is ~30 MB), the mmcv/mmdet sdists and upstream's tag archive.
+# alone are 52 MB; site.tar.xz is ~22 MB, stripped), the mmcv/mmdet sdists and upstream's tag archive.
 #
 #   bash lab/gpu/carry.sh            # then: device run with carry [".carry", ".gpu-commit"]
 #   bash lab/gpu/tree-digest.sh --gpu-commit    # the tree's commit and digest, for machine.txt
@@ -26,6 +26,9 @@ dl "$C/wheels" pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 typ
   zstandard==0.25.0  # zstandard: info/link.json into .conda files; parameterized: mmengine's upstream tests
 tmp="$(mktemp -d)"
 for w in "$C"/big/*.whl; do unzip -q -o "$w" -d "$tmp/site"; done
+# the Rust extensions ship their symbol tables (167 MB unpacked); stripped, the archive is ~22 MB
+# instead of ~30 and the carry fits the 64 MiB a device call takes beside the tree
+find "$tmp/site" -name '*.so' -exec strip --strip-unneeded {} +
 tar cf - -C "$tmp" site | xz -T0 -9 > "$C/site.tar.xz"
 rm -rf "$tmp" "$C/big"
 # sources, checked against the sha256 the recipes name (tests/support/offline.py)
