@@ -159,10 +159,15 @@ STAGES_BUILD = (
 
 def _seed(r: Run) -> int:
     """The carried packages ($CARRY/packages, built on the CPU machine) into this machine's channel."""
-    pkgs = sorted((r.carry / "packages").glob("*.conda"))
-    if not pkgs:
+    carried = sorted((r.carry / "packages").glob("*.conda"))
+    if not carried:
         r.status("seed: no carried packages")
         return 1
+    # add_packages moves what it is given: copies, so the carry stays whole (a rehearsal runs on it)
+    staging = r.work / "seed-staging"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    pkgs = [Path(shutil.copy2(p, staging / p.name)) for p in carried]
     code = ("import sys\nfrom mmstack.builder import channel\nchannel.ensure_channel(sys.argv[1], create=True)\n"
             "for p in channel.add_packages(sys.argv[1], sys.argv[2:]):\n    print(p.name)\n")
     rc = r.sh("seed", [r.py, "-c", code, str(r.channel), *map(str, pkgs)], env=r.mm_env())
