@@ -13,17 +13,18 @@ import mmstack
 
 SRC = Path(mmstack.__file__).resolve().parents[1]
 
+# launched as the GPU proof launches mmstack: src/ through PYTHONPATH, dropped once started
 PARENT = """
 import os, sys
-sys.path.insert(0, sys.argv[1])
 os.environ.pop("PYTHONPATH", None)
 from mmstack.commands import interrupts
 previous = interrupts.install()
 try:
     child = interrupts.in_process(os.getpid)
+    seen = interrupts.in_process(os.getenv, "PYTHONPATH", "unset")
 finally:
     interrupts.restore(previous)
-print(os.getpid(), child)
+print(os.getpid(), child, seen)
 """
 
 
@@ -33,8 +34,9 @@ def test_the_worker_imports_through_the_parents_sys_path(tmp_path: Path) -> None
     base = getattr(sys, "_base_executable", sys.executable)
     probe = subprocess.run([base, "-c", "import mmstack"], capture_output=True, text=True, env=env, cwd=tmp_path)
     python = base if probe.returncode != 0 else sys.executable
-    done = subprocess.run([python, "-c", PARENT, str(SRC)], capture_output=True, text=True, env=env, cwd=tmp_path,
-                          timeout=60)
+    done = subprocess.run([python, "-c", PARENT], capture_output=True, text=True, cwd=tmp_path, timeout=60,
+                          env={**env, "PYTHONPATH": str(SRC)})
     assert done.returncode == 0, done.stderr
-    parent, child = done.stdout.split()
+    parent, child, seen = done.stdout.split()
     assert parent != child, "in_process ran inline: install() did not take"
+    assert seen == "unset", "the worker's environment (what build scripts inherit) is the parent's: no PYTHONPATH"

@@ -152,10 +152,13 @@ def in_process(fn: Callable[..., T], /, *args: object, grace: float = 0.0, **kwa
         return fn(*args, **kwargs)
     read_fd, write_fd = os.pipe()
     try:
-        # the child imports what this process imports: its sys.path, not an environment variable
-        # (a PYTHONPATH would reach the build scripts the engine runs)
-        proc = subprocess.Popen([sys.executable, "-c", _CHILD_BOOT, str(write_fd), json.dumps(sys.path)],
-                                stdin=subprocess.PIPE, pass_fds=(write_fd,))
+        # the child imports what this process imports (its sys.path, as PYTHONPATH: a launcher may
+        # have dropped the variable after start-up); the child puts the variable back as it was here,
+        # so the build scripts the engine runs see this process's environment
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
+               _PARENT_PYTHONPATH: json.dumps(os.environ.get("PYTHONPATH"))}
+        proc = subprocess.Popen([sys.executable, "-c", _CHILD_BOOT, str(write_fd)], stdin=subprocess.PIPE,
+                                pass_fds=(write_fd,), env=env)
     finally:
         os.close(write_fd)
     entry = (proc.pid, grace)
@@ -186,8 +189,8 @@ def in_process(fn: Callable[..., T], /, *args: object, grace: float = 0.0, **kwa
     return value
 
 
-_CHILD_BOOT = ("import json, sys; sys.path[:] = json.loads(sys.argv[2]); "
-               "from mmstack.commands.interrupts import child_main; child_main(int(sys.argv[1]))")
+_CHILD_BOOT = "import sys; from mmstack.commands.interrupts import child_main; child_main(int(sys.argv[1]))"
+_PARENT_PYTHONPATH = "MMSTACK_PARENT_PYTHONPATH"
 
 
 def child_main(result_fd: int) -> None:
@@ -196,6 +199,11 @@ def child_main(result_fd: int) -> None:
     its output, so what the engine says about its killed script does not follow the parent's one line.
     (A Python handler, not SIG_IGN: exec resets it, so the build script still gets the default.)"""
     signal.signal(signal.SIGINT, _silence)
+    parent = json.loads(os.environ.pop(_PARENT_PYTHONPATH, "null"))
+    if parent is None:
+        os.environ.pop("PYTHONPATH", None)
+    else:
+        os.environ["PYTHONPATH"] = parent
     fn, args, kwargs = pickle.loads(sys.stdin.buffer.read())
     try:
         result: tuple[bool, object] = (True, fn(*args, **kwargs))
