@@ -26,6 +26,11 @@ from mmstack.errors import BadInput, BuildFailed
 ALL = "all"  # env=ALL: every variant of the matrix
 DEFAULT_CHANNELS = ("conda-forge",)
 TARGET_PLATFORM = "linux-64"
+# The subdirs the matrix has rows for (conda_build_config.yaml's `# [linux64]` / `# [aarch64]`
+# selectors). linux-aarch64 is cross-compiled on a linux-64 machine, as conda-forge's
+# pytorch-cpu-feedstock does (conda-forge.yml build_platform linux_aarch64: linux_64).
+TARGET_PLATFORMS = ("linux-64", "linux-aarch64")
+BUILD_PLATFORM = "linux-64"
 RECIPE_FILE = "recipe.yaml"
 # The recipes `mmstack build` builds, in order: mmcv's tests run `mmstack verify` and mmdet's
 # `python -m mmstack.verify.train_detector` on the mmcv just built, so mmstack goes first, mmdet last;
@@ -66,20 +71,33 @@ def engine_errors() -> tuple[type[Exception], ...]:
     return (RattlerBuildError, OSError)
 
 
-def load_variant_config(path: str | os.PathLike[str], overrides: Mapping[str, Override] | None = None) -> Any:
+def platform_config(target_platform: str = TARGET_PLATFORM) -> Any:
+    """rattler_build.PlatformConfig for a target subdir, built on linux-64 (a cross-compile for aarch64)."""
+    from rattler_build import PlatformConfig
+
+    if target_platform not in TARGET_PLATFORMS:
+        raise BadInput(f"no variants for target platform {target_platform!r}", source="--target-platform",
+                       fix=f"use one of {', '.join(TARGET_PLATFORMS)}")
+    return PlatformConfig(target_platform=target_platform, host_platform=target_platform,
+                          build_platform=BUILD_PLATFORM)
+
+
+def load_variant_config(path: str | os.PathLike[str], overrides: Mapping[str, Override] | None = None,
+                        *, target_platform: str = TARGET_PLATFORM) -> Any:
     """conda_build_config.yaml (selectors and all) as rattler-build reads it, plus overrides.
 
     An override replaces a key's values (a str is one value). zip_keys stay as the file has them:
     one value for a zipped key (c_compiler_version zipped with cuda_compiler_version, say) is
     repeated down the whole group; a list must then have the group's length.
     """
-    from rattler_build import JinjaConfig, PlatformConfig, VariantConfig
+    from rattler_build import JinjaConfig, VariantConfig
 
     path = Path(path)
     if not path.is_file():
         raise BadInput(f"{path} not found", source=str(path), fix="pass the variant config (conda_build_config.yaml)")
+    platform = platform_config(target_platform)
     try:
-        jinja = JinjaConfig(platform=PlatformConfig(target_platform=TARGET_PLATFORM))
+        jinja = JinjaConfig(platform=platform)
         config = VariantConfig.from_conda_build_config(str(path), jinja)
     except engine_errors() as exc:  # the engine's refusal to read the config is bad input, said in one line
         raise BadInput(f"cannot read variant config: {_first_line(exc)}", source=str(path), fix="fix the YAML") from None
@@ -103,20 +121,24 @@ def render(
     variant_config: str | os.PathLike[str] | Any,
     overrides: Mapping[str, Override] | None = None,
     select: Mapping[str, str] | None = None,
+    target_platform: str = TARGET_PLATFORM,
 ) -> list:
     """Rendered variants (rattler_build.RenderedVariant) of the recipe, filtered by `select`.
 
     `variant_config` is a path or a rattler_build.VariantConfig; `select` keeps the variants whose
     keys equal the given values (strings, as in the variant config: {"arch_tag": "sm89"}).
+    `target_platform` picks the config's rows by its selectors and the compilers' subdir
+    (gcc_linux-aarch64, cuda-nvcc_linux-aarch64 for linux-aarch64, built on linux-64).
     """
-    from rattler_build import PlatformConfig, RenderConfig, Stage0Recipe
+    from rattler_build import RenderConfig, Stage0Recipe
 
     recipe_path = _recipe_file(recipe_dir)
-    config = (load_variant_config(variant_config, overrides)
+    config = (load_variant_config(variant_config, overrides, target_platform=target_platform)
               if isinstance(variant_config, (str, os.PathLike)) else variant_config)
+    platform = platform_config(target_platform)
     try:
         recipe = Stage0Recipe.from_file(recipe_path)
-        rendered = recipe.render(config, RenderConfig(platform=PlatformConfig(target_platform=TARGET_PLATFORM)))
+        rendered = recipe.render(config, RenderConfig(platform=platform))
     except engine_errors() as exc:  # a render error is the recipe's or config's, said in one line
         raise BadInput(f"cannot render recipe: {_render_error(exc)}", source=str(recipe_path),
                        fix="fix the recipe or add the missing key to the variant config") from None

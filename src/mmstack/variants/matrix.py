@@ -7,6 +7,7 @@ arch tag agreeing with the arch set, every GPU generation served natively.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 import re
@@ -27,6 +28,10 @@ CEP46_KEYS = ("cuda_arch_min", "mmcv_priority")
 PRIORITY_STEP = 100
 FAT_TAG = "all"
 CPU_TAG = "cpu"
+# The subdir a row builds for: conda_build_config.yaml keeps a row for one of them by its selector
+# (`# [linux64]`, `# [aarch64]`), as conda-forge's feedstocks do; linux-64 unless said.
+PLATFORM = "linux-64"
+PLATFORMS = ("linux-64", "linux-aarch64")
 
 
 @dataclass(frozen=True)
@@ -48,6 +53,7 @@ class Variant:
     arch_min: str | None = None
     # install priority (mmcv_priority): build number = PRIORITY_STEP x priority; None without the key
     priority: int | None = None
+    platform: str = PLATFORM  # the conda subdir the row builds for (linux-aarch64: cross-compiled on linux-64)
 
     @property
     def build_number(self) -> int:
@@ -74,8 +80,9 @@ class Variant:
 
     @property
     def key(self) -> str:
-        """A stable id (CI cache keys, job names)."""
-        return f"py{self.python.replace('.', '')}-{self.build_string_prefix}-pytorch{self.pytorch}"
+        """A stable id (CI cache keys, job names); an aarch64 row's ends in its platform."""
+        key = f"py{self.python.replace('.', '')}-{self.build_string_prefix}-pytorch{self.pytorch}"
+        return key if self.platform == PLATFORM else f"{key}-{self.platform}"
 
     def as_dict(self) -> dict:
         return {
@@ -89,6 +96,7 @@ class Variant:
             "cuda_arch_min": self.arch_min or "none",
             "build_number": self.build_number,
             "envs": list(self.envs),
+            "target_platform": self.platform,
         }
 
     def variant_keys(self) -> dict:
@@ -110,8 +118,9 @@ class Variant:
         return keys
 
 
-def read_config(path: Path) -> list[dict]:
-    """Read the file with py-rattler-build; return its combinations as plain dicts."""
+def read_config(path: Path, target_platform: str = PLATFORM) -> list[dict]:
+    """Read the file with py-rattler-build for a target subdir (its selectors keep that platform's
+    rows); return its combinations as plain dicts."""
     path = Path(path)
     if not path.is_file():
         raise BadInput(f"{path} not found", fix="run from the repository root or give it as --root DIR (`mmstack matrix`: --config PATH)")
@@ -119,8 +128,11 @@ def read_config(path: Path) -> list[dict]:
         from rattler_build import JinjaConfig, PlatformConfig, RattlerBuildError, VariantConfig
     except ImportError:
         raise BadInput("py-rattler-build is not installed", fix="pip install 'mmstack[build]'") from None
+    if target_platform not in PLATFORMS:
+        raise BadInput(f"no variants for target platform {target_platform!r}", source="--target-platform",
+                       fix=f"use one of {', '.join(PLATFORMS)}")
     try:
-        jinja = JinjaConfig(platform=PlatformConfig(target_platform="linux-64"))
+        jinja = JinjaConfig(platform=PlatformConfig(target_platform=target_platform))
         config = VariantConfig.from_conda_build_config(str(path), jinja)
         combos = config.combinations()
     except RattlerBuildError as exc:  # the base of rattler_build's own error types (VariantError, IoError, ...)
@@ -144,8 +156,10 @@ def read_config(path: Path) -> list[dict]:
     return [dict(c) for c in combos]
 
 
-def build_matrix(facts: Facts, combos: list[dict], *, source: str = CONFIG_FILE) -> list[Variant]:
-    """Validate combinations against the facts; raise CheckFailed naming the first bad one."""
+def build_matrix(facts: Facts, combos: list[dict], *, source: str = CONFIG_FILE,
+                 target_platform: str = PLATFORM) -> list[Variant]:
+    """Validate combinations against the facts; raise CheckFailed naming the first bad one. Every
+    generation environment of `target_platform` (gpus.toml [[generation]] platform) must be served."""
     problems: list[str] = []
     variants: list[Variant] = []
     for c in combos:
@@ -153,7 +167,7 @@ def build_matrix(facts: Facts, combos: list[dict], *, source: str = CONFIG_FILE)
         if isinstance(v, str):
             problems.append(v)
         else:
-            variants.append(v)
+            variants.append(dataclasses.replace(v, platform=target_platform))
     if problems:
         raise CheckFailed(problems[0] + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""),
                           source=source, fix="edit the zipped rows so each CUDA version can build its arch set")
@@ -163,6 +177,8 @@ def build_matrix(facts: Facts, combos: list[dict], *, source: str = CONFIG_FILE)
                           fix="rank mmcv_priority cpu < fat < per-generation rows, rising with cuda_arch_min")
     variants = [_with_envs(facts, v) for v in variants]
     for gen in facts.generation:
+        if gen.platform != target_platform:
+            continue
         if not any(gen.env in v.envs for v in variants):
             raise CheckFailed(
                 f"no variant serves the {gen.env} environment (CUDA {gen.cuda or 'None'}, arch {gen.compute_capability or 'cpu'})",
@@ -282,6 +298,8 @@ def arch_tag_for(targets) -> str:
 def _with_envs(facts: Facts, v: Variant) -> Variant:
     envs = []
     for gen in facts.generation:
+        if gen.platform != v.platform:
+            continue
         if not gen.is_gpu:
             if v.cuda is None:
                 envs.append(gen.env)
@@ -291,12 +309,11 @@ def _with_envs(facts: Facts, v: Variant) -> Variant:
         cc = archmod.parse_arch(gen.compute_capability)
         if archmod.coverage(cc, v.targets).coverage is archmod.Coverage.NATIVE:
             envs.append(gen.env)
-    return Variant(v.python, v.pytorch, v.cuda, v.arch_list, v.arch_tag, tuple(envs), v.c_stdlib_version,
-                   v.compiler_version, v.arch_min, v.priority)
+    return dataclasses.replace(v, envs=tuple(envs))
 
 
-def load_matrix(facts: Facts, path: Path) -> list[Variant]:
-    return build_matrix(facts, read_config(path), source=str(path))
+def load_matrix(facts: Facts, path: Path, target_platform: str = PLATFORM) -> list[Variant]:
+    return build_matrix(facts, read_config(path, target_platform), source=str(path), target_platform=target_platform)
 
 
 def config_digest(path: Path) -> str:

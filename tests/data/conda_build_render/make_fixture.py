@@ -4,6 +4,11 @@ Run with a Python that has conda and conda-build installed (not the project's ve
 not a dependency of mmstack), from the repository root:
 
     CONDARC=/dev/null python tests/data/conda_build_render/make_fixture.py
+    CONDARC=/dev/null python tests/data/conda_build_render/make_fixture.py --target-platform linux-aarch64
+
+The first writes render.json (linux-64), the second render_linux-aarch64.json: the rows that
+conda_build_config.yaml's `# [aarch64]` selectors keep, rendered as conda-forge renders a
+linux-aarch64 feedstock job (conda-build's platform and arch; the build machine stays linux-64).
 
 conda_build.api.render(..., bypass_env_check=True, finalize=False): no channel is asked for
 anything, so the requirements are the recipe's as written (variant pins of bare names and
@@ -21,18 +26,24 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[3]
 RECIPE = ROOT / "recipes" / "mmcv"
 CONFIG = ROOT / "conda_build_config.yaml"
-OUT = Path(__file__).with_name("render.json")
+PLATFORMS = {"linux-64": "render.json", "linux-aarch64": "render_linux-aarch64.json"}
 KEYS = ("python", "cuda_compiler_version", "c_stdlib_version", "mmcv_arch_list", "arch_tag", "pytorch",
         "cuda_arch_min", "mmcv_priority")
 
 
-def main() -> int:
+def main(argv: list[str]) -> int:
+    target = argv[argv.index("--target-platform") + 1] if "--target-platform" in argv else "linux-64"
+    if target not in PLATFORMS:
+        print(f"--target-platform: one of {', '.join(PLATFORMS)}", file=sys.stderr)
+        return 2
+    out = Path(__file__).with_name(PLATFORMS[target])
+    platform, arch = target.split("-")
     import conda
     import conda_build
     from conda_build import api
     from conda_build.config import Config
 
-    config = Config(variant_config_files=[str(CONFIG)], exclusive_config_files=[], platform="linux", arch="64",
+    config = Config(variant_config_files=[str(CONFIG)], exclusive_config_files=[], platform=platform, arch=arch,
                     verbose=False)
     rendered = api.render(str(RECIPE), config=config, bypass_env_check=True, finalize=False)
     variants = []
@@ -57,9 +68,10 @@ def main() -> int:
         })
     variants.sort(key=lambda v: (v["variant"]["python"], v["build_string"]))
     doc = {
-        "generated_by": "CONDARC=/dev/null python tests/data/conda_build_render/make_fixture.py",
+        "generated_by": "CONDARC=/dev/null python tests/data/conda_build_render/make_fixture.py"
+                        + ("" if target == "linux-64" else f" --target-platform {target}"),
         "call": "conda_build.api.render('recipes/mmcv', config=Config(variant_config_files=["
-                "'conda_build_config.yaml'], platform='linux', arch='64'), bypass_env_check=True, finalize=False)",
+                f"'conda_build_config.yaml'], platform='{platform}', arch='{arch}'), bypass_env_check=True, finalize=False)",
         "channel": "none: finalize=False solves nothing (run_exports and variant pins of bare names not applied)",
         "conda_build": conda_build.__version__,
         "conda": conda.__version__,
@@ -68,10 +80,12 @@ def main() -> int:
                           for p in (RECIPE / "meta.yaml", CONFIG)},
         "variants": variants,
     }
-    OUT.write_text(json.dumps(doc, indent=1) + "\n")
-    print(f"{OUT}: {len(variants)} variants")
+    if target != "linux-64":
+        doc = {"target_platform": target, **doc}
+    out.write_text(json.dumps(doc, indent=1) + "\n")
+    print(f"{out}: {len(variants)} variants")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))
