@@ -6,6 +6,7 @@ selectors, checked against src/mmstack/data/arm_hosts.toml, rendered by py-rattl
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from pathlib import Path
 
@@ -109,3 +110,48 @@ def test_rattler_build_renders_the_aarch64_rows_as_the_real_conda_build_does():
         cuda = variant["cuda_compiler_version"]
         assert (f"cuda-nvcc_linux-aarch64 {cuda}.*" in pins) == (cuda != "None"), key
         assert not any("linux-64" in s for s in pins), key
+
+
+def test_mmstack_checks_recipes_renders_the_aarch64_rows_alike_with_both_engines():
+    from mmstack.builder.recipes import check_recipes
+
+    note = check_recipes(ROOT)
+    assert "mmcv for linux-aarch64: 20 (meta.yaml: 20 per conda-build 26.7.1 (same build strings))" in note
+    assert "mmcv: 60 (one per variant" in note  # linux-64's rows as before
+
+
+def test_mmstack_check_fails_when_the_aarch64_fat_row_drops_orin(tmp_path):
+    import shutil
+
+    from mmstack.builder.recipes import check_recipes
+    from mmstack.errors import CheckFailed
+
+    shutil.copytree(ROOT / "recipes", tmp_path / "recipes", ignore=shutil.ignore_patterns("output"))
+    text = CONFIG.read_text()
+    aarch64_fat = '  - "7.5;8.0;8.6;8.7;9.0;10.0;11.0;12.0+PTX"  # [aarch64]'
+    assert text.count(aarch64_fat) == 1
+    (tmp_path / CONFIG.name).write_text(text.replace(aarch64_fat, aarch64_fat.replace("8.7;", "")))
+    with pytest.raises(CheckFailed) as err:
+        check_recipes(tmp_path)
+    assert "py310-cuda130_all-pytorch2.13-linux-aarch64: the fat row holds" in err.value.one_line()
+    assert "arm_hosts.toml" in err.value.one_line()
+
+
+def test_mmstack_matrix_lists_the_aarch64_rows_with_their_hosts_and_no_ci_cost():
+    from support.cli import mmstack
+
+    code, out, err = mmstack("matrix", "--target-platform", "linux-aarch64", "--format", "json")
+    rows = json.loads(out)
+    assert code == 0 and len(rows) == 20 and {r["target_platform"] for r in rows} == {"linux-aarch64"}, err
+    code, out, _ = mmstack("matrix", "--target-platform", "linux-aarch64")
+    assert code == 0 and "20 variants" in out and "for linux-aarch64" in out
+    assert "NVIDIA GB200, NVIDIA GB300" in out and "Jetson AGX Orin" in out
+    # not in CI's per-release total: said so, with the estimate labelled as one
+    assert "CI builds no linux-aarch64 rows yet" in out and "no linux-aarch64 build has been timed" in out
+    from mmstack.variants import ci_cost
+
+    linux64 = ci_cost.release_cost(variants.load_matrix(gpus.load(), CONFIG))  # linux-64's total, aarch64 not in it
+    code, out, _ = mmstack("matrix")
+    assert code == 0 and f"CI build cost per release: {linux64.hours:.1f} CPU-hours for {linux64.variants} variants" in out
+    code, _, err = mmstack("matrix", "--target-platform", "osx-arm64")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "linux-aarch64" in err

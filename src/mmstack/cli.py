@@ -98,11 +98,12 @@ def arch_check(
 def matrix(
     format: str = typer.Option("table", "--format", help="table, json or github."),
     config: Path = typer.Option(Path("conda_build_config.yaml"), "--config", parser=_raw_path, callback=_not_empty, help="Variant config file."),
+    target_platform: str = typer.Option("linux-64", "--target-platform", help="linux-64 or linux-aarch64: the rows the config's selectors keep for it."),
 ) -> None:
     """The rendered, validated variant matrix."""
     from mmstack.commands.facts_cmds import run_matrix
 
-    raise typer.Exit(run_matrix(fmt=format, config=config))
+    raise typer.Exit(run_matrix(fmt=format, config=config, target_platform=target_platform))
 
 
 @app.command()

@@ -353,23 +353,54 @@ def check_recipes(root: str | os.PathLike[str]) -> str:
         notes.append(recipe_gate.check_run_and_tests(
             root / "recipes" / "mmcv" / RECIPE_FILE, [(v.recipe.build.string, v.recipe.to_dict()) for v in rendered],
             json.loads(fixture.read_text()) if fixture.is_file() else None))
+        notes.append(_check_cross(root, config, facts.load()))
     return "rendered " + ", ".join(n for n in notes if n)
+
+
+def _check_cross(root: Path, config: Path, facts_: Any) -> str:
+    """The config's rows for the other target platforms (linux-aarch64): each renders to exactly one
+    mmcv build with its build string, the rows agree with data/arm_hosts.toml, and the real
+    conda-build's recorded render of them (where present) has the same builds."""
+    from mmstack.errors import CheckFailed
+    from mmstack.variants import arm_hosts, matrix as variants
+
+    notes = []
+    for target in TARGET_PLATFORMS[1:]:
+        matrix = variants.load_matrix(facts_, config, target)
+        if not matrix:
+            continue
+        wrong = arm_hosts.problems(matrix, facts_)
+        if wrong:
+            raise CheckFailed(wrong[0], source=str(config),
+                              fix=f"keep the `# [aarch64]` rows to conda-forge's aarch64 builds (src/mmstack/data/{arm_hosts.ARM_FILE})")
+        strings = [v.recipe.build.string for v in
+                   render(recipe_dir=root / "recipes" / "mmcv", variant_config=config, target_platform=target)]
+        for v in matrix:
+            want = v.build_string_glob[:-1]
+            if sum(s.startswith(want) for s in strings) != 1 or len(strings) != len(matrix):
+                raise CheckFailed(f"{target}: {len(strings)} rendered builds for {len(matrix)} rows, variant {v.key} "
+                                  f"({want}*) not exactly once", source=str(root / "recipes" / "mmcv" / RECIPE_FILE),
+                                  fix="derive the build string from arch_tag and cuda_compiler_version in the recipe's context")
+        cb = _check_conda_build_render(root, strings, CONDA_BUILD_RENDERS[target])
+        notes.append(f"mmcv for {target}: {len(strings)}" + (f" ({cb})" if cb else ""))
+    return ", ".join(notes)
 
 
 # The real conda-build's render of recipes/mmcv/meta.yaml (made by the script beside it; conda-build
 # is no dependency of mmstack). Present in a checkout of the repository, not in an installed package.
 CONDA_BUILD_RENDER = Path("tests") / "data" / "conda_build_render" / "render.json"
+CONDA_BUILD_RENDERS = {"linux-aarch64": CONDA_BUILD_RENDER.with_name("render_linux-aarch64.json")}
 _HASH = re.compile(r"_h[0-9a-f]{7}_")
 
 
-def _check_conda_build_render(root: Path, strings: list[str]) -> str:
+def _check_conda_build_render(root: Path, strings: list[str], rel: Path = CONDA_BUILD_RENDER) -> str:
     """meta.yaml (conda-build) against recipe.yaml (rattler-build): same builds, same strings."""
     import hashlib
     import json
 
     from mmstack.errors import CheckFailed
 
-    fixture = root / CONDA_BUILD_RENDER
+    fixture = root / rel
     if not fixture.is_file():
         return ""
     doc = json.loads(fixture.read_text())

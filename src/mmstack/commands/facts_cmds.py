@@ -201,16 +201,22 @@ def run_arch_check(*, gpu: str | None, arch_list: str | None, cuda: str | None, 
     return 0 if a.ok else 1
 
 
-def run_matrix(*, fmt: str, config: Path) -> int:
+def run_matrix(*, fmt: str, config: Path, target_platform: str = variants.PLATFORM) -> int:
     if fmt not in {"table", "json", "github"}:
         raise BadInput(f"--format {fmt!r} is not one of table, json, github", fix="pass --format table|json|github")
     from mmstack.errors import CheckFailed
     from mmstack.facts.pytorch import load_pytorch
     from mmstack.variants import ci_cost, pytorch_rows
 
-    matrix = variants.load_matrix(load(), config)
+    matrix = variants.load_matrix(load(), config, target_platform)
     torch_facts = load_pytorch()
     wrong = pytorch_rows.problems(matrix, torch_facts)
+    if target_platform != variants.PLATFORM:
+        from mmstack.variants import arm_hosts
+
+        arm = arm_hosts.problems(matrix, load())
+        if arm:
+            raise CheckFailed(arm[0], source=str(config), fix=f"keep the `# [aarch64]` rows to src/mmstack/data/{arm_hosts.ARM_FILE}")
     if wrong:
         raise CheckFailed(wrong[0], source=str(config), fix="build against conda-forge's pin or migration target, for the Pythons it is built for (src/mmstack/data/pytorch.toml)")
     if fmt == "json":
@@ -222,15 +228,33 @@ def run_matrix(*, fmt: str, config: Path) -> int:
     else:
         report.print_table(
             ["python", "pytorch", "CUDA", "arch list", "build string", "serves env"],
-            [(v.python, torch_facts.label(v.pytorch), v.cuda or "-", v.arch_list, v.build_string_glob, ", ".join(v.envs) or "(any GPU: the install without __cuda_arch)")
+            [(v.python, torch_facts.label(v.pytorch), v.cuda or "-", v.arch_list, v.build_string_glob, _serves(v))
              for v in matrix],
-            title=f"{len(matrix)} variants from {config}",
+            title=f"{len(matrix)} variants from {config}" + ("" if target_platform == variants.PLATFORM else f" for {target_platform}"),
         )
         cost = ci_cost.release_cost(matrix)
+        if target_platform != variants.PLATFORM:
+            print(f"CI builds no {target_platform} rows yet (no jobs generated for them; docs/variants.md); at the linux-64 "
+                  f"builds' measured CPU-s per kind ({ci_cost.COSTS_FILE}; no {target_platform} build has been timed) "
+                  f"these {cost.variants} rows would take about {cost.hours - cost.noarch_hours:.1f} CPU-hours")
+            return 0
         per_pt = ", ".join(f"pytorch {torch_facts.label(k)} {h:.1f}" for k, h in cost.by_pytorch.items())
         print(f"CI build cost per release: {cost.hours:.1f} CPU-hours for {cost.variants} variants ({per_pt}; "
               f"noarch {cost.noarch_hours * 3600:.0f} CPU-s), from the measured builds in {ci_cost.COSTS_FILE}")
     return 0
+
+
+def _serves(v) -> str:
+    """`mmstack matrix`'s last column: the environments a row serves; on linux-aarch64 (no
+    environments yet) the Arm hosts data/arm_hosts.toml gives the row."""
+    if v.platform != variants.PLATFORM:
+        from mmstack.variants import arm_hosts
+
+        if v.cuda is None:
+            return "(any linux-aarch64 machine: no CUDA)"
+        hosts = [h.gpu for h in arm_hosts.load().host if h.row == v.arch_tag]
+        return ", ".join(hosts) + (" (and any GPU without __cuda_arch)" if v.arch_tag == variants.FAT_TAG else "")
+    return ", ".join(v.envs) or "(any GPU: the install without __cuda_arch)"
 
 
 # -- `arch check --channel`: the build a solver installs for a GPU (CEP 46's `__cuda_arch`) --------
