@@ -109,7 +109,8 @@ def standin_yaml(standin: Path) -> str:
     gcc = stand_in_gcc_major(standin)
     return ('python:\n  - "3.11"\ncuda_compiler_version:\n  - None\nc_stdlib_version:\n  - "2.17"\n'
             f'c_compiler_version:\n  - "{gcc}"\ncxx_compiler_version:\n  - "{gcc}"\n'
-            "mmcv_arch_list:\n  - none\narch_tag:\n  - cpu\ncuda_arch_min:\n  - none\nmmcv_priority:\n  - 0\n")
+            "mmcv_arch_list:\n  - none\narch_tag:\n  - cpu\ncuda_arch_min:\n  - none\nmmcv_priority:\n  - 0\n"
+            "pytorch:\n  - \"2.13\"\n")  # the migration target's row: the e2e's CPU build
 
 
 def offline_recipe(dest: Path) -> Path:
