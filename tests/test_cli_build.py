@@ -262,8 +262,9 @@ def test_build_variant_is_checked_by_the_matrix_rules(tmp_path, variant, words):
 def test_matrix_rejects_the_same_values_in_the_config(tmp_path):
     """The same rule, the same words: `mmstack matrix` on a config with the bad value in the h100 row."""
     text = (ROOT / "conda_build_config.yaml").read_text()
-    assert text.count('  - "9.0+PTX"\n') == 1
-    (tmp_path / "conda_build_config.yaml").write_text(text.replace('  - "9.0+PTX"\n', '  - "8.6+PTXX"\n'))
+    h100 = '  - "9.0+PTX"   # [linux64]\n'  # the linux-64 h100 row (the aarch64 sm90 row has its own selector)
+    assert text.count(h100) == 1
+    (tmp_path / "conda_build_config.yaml").write_text(text.replace(h100, '  - "8.6+PTXX"   # [linux64]\n'))
     code, _, err = mmstack("matrix", "--config", str(tmp_path / "conda_build_config.yaml"))
     assert code != 0 and "mmcv_arch_list: cannot read arch '8.6+PTXX'" in err
 
