@@ -5,18 +5,11 @@ malformed version fails to load with the file and the field named."""
 from __future__ import annotations
 
 import functools
-import sys
-from importlib import resources
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from mmstack.errors import BadInput
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - 3.10: the `tomli` dependency
-    import tomli as tomllib
+from mmstack.facts.datafile import load_model
 
 PYTORCH_FILE = "pytorch.toml"
 Minor = Annotated[str, Field(pattern=r"^\d+\.\d+$")]
@@ -59,13 +52,4 @@ class PytorchFacts(BaseModel):
 
 @functools.cache
 def load_pytorch() -> PytorchFacts:
-    text = resources.files("mmstack.data").joinpath(PYTORCH_FILE).read_text()
-    try:
-        return PytorchFacts.model_validate(tomllib.loads(text), strict=False)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        field = ".".join(str(p) for p in err["loc"])
-        raise BadInput(f"{err['msg']}", source=f"src/mmstack/data/{PYTORCH_FILE}: {field}",
-                       fix="fix the row (see the comments at the top of the file)") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise BadInput(f"not TOML: {exc}", source=f"src/mmstack/data/{PYTORCH_FILE}", fix="fix the syntax") from None
+    return load_model(PYTORCH_FILE, PytorchFacts)

@@ -5,21 +5,14 @@ GPU of the file (a gpus.toml GPU whose host is linux-aarch64) runs the row it na
 from __future__ import annotations
 
 import functools
-import sys
-from importlib import resources
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from mmstack.errors import BadInput
 from mmstack.facts import arch as archmod
+from mmstack.facts.datafile import load_model
 from mmstack.facts.gpus import Facts
 from mmstack.variants.matrix import FAT_TAG, Variant
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - 3.10: the `tomli` dependency
-    import tomli as tomllib
 
 ARM_FILE = "arm_hosts.toml"
 PLATFORM = "linux-aarch64"
@@ -59,13 +52,7 @@ class ArmHosts(BaseModel):
 
 @functools.cache
 def load() -> ArmHosts:
-    text = resources.files("mmstack.data").joinpath(ARM_FILE).read_text()
-    try:
-        return ArmHosts.model_validate(tomllib.loads(text), strict=False)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        raise BadInput(err["msg"], source=f"src/mmstack/data/{ARM_FILE}: {'.'.join(str(p) for p in err['loc'])}",
-                       fix="fix the row (see the comments at the top of the file)") from None
+    return load_model(ARM_FILE, ArmHosts)
 
 
 def problems(matrix: list[Variant], facts: Facts, arm: ArmHosts | None = None) -> list[str]:

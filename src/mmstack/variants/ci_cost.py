@@ -9,21 +9,15 @@ the rest) are not in it.
 from __future__ import annotations
 
 import functools
-import sys
 from collections import Counter
 from dataclasses import dataclass
-from importlib import resources
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from mmstack.errors import BadInput
+from mmstack.facts.datafile import load_model
 from mmstack.variants.matrix import CPU_TAG, FAT_TAG, Variant
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - 3.10: the `tomli` dependency
-    import tomli as tomllib
 
 COSTS_FILE = "build_costs.toml"
 Kind = Literal["cpu", "generation", "fat", "noarch"]
@@ -55,13 +49,7 @@ class Costs(BaseModel):
 
 @functools.cache
 def load_costs() -> Costs:
-    text = resources.files("mmstack.data").joinpath(COSTS_FILE).read_text()
-    try:
-        return Costs.model_validate(tomllib.loads(text), strict=False)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        raise BadInput(err["msg"], source=f"src/mmstack/data/{COSTS_FILE}: {'.'.join(str(p) for p in err['loc'])}",
-                       fix="fix the row (see the comments at the top of the file)") from None
+    return load_model(COSTS_FILE, Costs)
 
 
 def kind_of(v: Variant) -> Kind:
