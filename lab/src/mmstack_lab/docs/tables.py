@@ -722,8 +722,24 @@ def _ci_variants(_doc) -> int:
     return len(_matrix())
 
 
+def _upstream_noarch(docs) -> tuple[list[str], list[list[object]]]:
+    """Per noarch recipe: upstream's tests in its test section (counts, skips with reasons, deselected, seconds)."""
+    rows: list[list[object]] = []
+    for pkg in docs[0]["packages"]:
+        for t in pkg["test_results"]:
+            if t.get("kind") != "upstream-tests":
+                continue
+            c = t["counts"]
+            skips = "; ".join(f"{s['tests']}: {s['reason']}" for s in t["skip_reasons"]) or "-"
+            rows.append([pkg["name"], f"`{t['path']}`", c["passed"], c["failed"] + c["error"], f"{c['skipped']} ({skips})",
+                         t["deselected"], f"{t['seconds']:.0f}", f"{pkg['seconds']:.0f}"])
+    return (["recipe", "upstream tests", "passed", "failed", "skipped (reason)", "deselected", "test s",
+             "whole build s"], rows)
+
+
 TABLES: dict[str, Table] = {
     "ci-cost": Table(sources=_cost_sources(), build=_ci_cost),
+    "upstream-noarch": Table(sources=["cpu-dev/upstream-tests-noarch/build.json"], build=_upstream_noarch),
     "build-time": Table(sources=[f"h200/{r}/summary.json" for r, _ in CURRENT_BUILDS], build=_current_builds),
     "package-size": Table(sources=[f"h200/{r}/{f}" for r, f in CURRENT_SIZES], build=_current_sizes),
     "verify-time": Table(sources=[f"h200/{r}/summary.json" for r, _ in CURRENT_LADDERS], build=_current_ladders),
