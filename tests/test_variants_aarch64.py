@@ -90,7 +90,9 @@ def _fixture() -> dict:
 
 def test_rattler_build_renders_the_aarch64_rows_as_the_real_conda_build_does():
     doc = _fixture()
-    assert doc["target_platform"] == "linux-aarch64" and "arch='aarch64'" in doc["call"]
+    # cross-compiled the way conda-smithy sets a linux-aarch64 job up: build machine linux-64,
+    # variant target_platform linux-aarch64 (not a build machine pretending to be aarch64)
+    assert doc["target_platform"] == "linux-aarch64" and "variants={'target_platform': 'linux-aarch64'}" in doc["call"]
     assert doc["generated_by"].endswith("make_fixture.py --target-platform linux-aarch64") and doc["conda_build"]
     mask = re.compile(r"_h[0-9a-f]{7}_")
     theirs = {mask.sub("_h#_", v["build_string"]): v for v in doc["variants"]}
@@ -110,6 +112,10 @@ def test_rattler_build_renders_the_aarch64_rows_as_the_real_conda_build_does():
         cuda = variant["cuda_compiler_version"]
         assert (f"cuda-nvcc_linux-aarch64 {cuda}.*" in pins) == (cuda != "None"), key
         assert not any("linux-64" in s for s in pins), key
+        # setup.py runs on the build machine: python, numpy and pytorch of the same build type there,
+        # with cross-python pointing it at the aarch64 host prefix (conda-forge's torchvision does the same)
+        kind = "cpu" if cuda == "None" else "cuda"
+        assert {"cross-python_linux-aarch64", f"python {variant['python']}.*", f"pytorch * {kind}*"} <= set(pins), key
 
 
 def test_mmstack_checks_recipes_renders_the_aarch64_rows_alike_with_both_engines():

@@ -8,7 +8,10 @@ not a dependency of mmstack), from the repository root:
 
 The first writes render.json (linux-64), the second render_linux-aarch64.json: the rows that
 conda_build_config.yaml's `# [aarch64]` selectors keep, rendered as conda-forge renders a
-linux-aarch64 feedstock job (conda-build's platform and arch; the build machine stays linux-64).
+cross-compiled linux-aarch64 feedstock job: the build machine stays linux-64 and the variant sets
+`target_platform: linux-aarch64` (what conda-smithy writes into .ci_support/linux_aarch64_*.yaml),
+so `build_platform != target_platform` holds and the recipe's cross-compiling requirements show.
+(Config(platform=, arch=) would instead pretend the build machine itself is aarch64.)
 
 conda_build.api.render(..., bypass_env_check=True, finalize=False): no channel is asked for
 anything, so the requirements are the recipe's as written (variant pins of bare names and
@@ -37,15 +40,16 @@ def main(argv: list[str]) -> int:
         print(f"--target-platform: one of {', '.join(PLATFORMS)}", file=sys.stderr)
         return 2
     out = Path(__file__).with_name(PLATFORMS[target])
-    platform, arch = target.split("-")
     import conda
     import conda_build
     from conda_build import api
     from conda_build.config import Config
 
-    config = Config(variant_config_files=[str(CONFIG)], exclusive_config_files=[], platform=platform, arch=arch,
-                    verbose=False)
-    rendered = api.render(str(RECIPE), config=config, bypass_env_check=True, finalize=False)
+    config = Config(variant_config_files=[str(CONFIG)], exclusive_config_files=[], verbose=False)
+    cross = {} if target == "linux-64" else {"target_platform": target}
+    if cross:  # the host (target) platform, also for the config file's `# [aarch64]` selectors
+        config.host_platform, config.host_arch = target.split("-")
+    rendered = api.render(str(RECIPE), config=config, variants=cross or None, bypass_env_check=True, finalize=False)
     variants = []
     for m, _, _ in rendered:
         reqs = m.get_section("requirements")
@@ -71,7 +75,9 @@ def main(argv: list[str]) -> int:
         "generated_by": "CONDARC=/dev/null python tests/data/conda_build_render/make_fixture.py"
                         + ("" if target == "linux-64" else f" --target-platform {target}"),
         "call": "conda_build.api.render('recipes/mmcv', config=Config(variant_config_files=["
-                f"'conda_build_config.yaml'], platform='{platform}', arch='{arch}'), bypass_env_check=True, finalize=False)",
+                "'conda_build_config.yaml'])" + (f" with host_platform, host_arch = '{target}'.split('-'), "
+                f"variants={{'target_platform': '{target}'}}, " if target != "linux-64" else ", ")
+                + "bypass_env_check=True, finalize=False)",
         "channel": "none: finalize=False solves nothing (run_exports and variant pins of bare names not applied)",
         "conda_build": conda_build.__version__,
         "conda": conda.__version__,
