@@ -1,6 +1,6 @@
 """The real mmcv recipe, CPU variant, built by the real rattler-build engine, offline.
 
-Dependencies come from the bootstrap channel (tests/support/bootstrap.py: STAND-INS for
+Dependencies come from the bootstrap channel (lab/src/mmstack_lab/standin/bootstrap.py: STAND-INS for
 conda-forge: this machine's CPython, PyPI wheels repacked under conda-forge's names, stub compiler
 packages), the sdist from a local copy checked against the recipe's sha256. The recipe's own tests
 run inside the build (import mmcv.ops, pip check, the _ext file, `mmstack verify` with L4's
@@ -36,9 +36,10 @@ import pytest
 
 pytest.importorskip("rattler_build", reason="py-rattler-build is the optional 'build' extra")
 
-from support import bootstrap, ci_steps, offline
+from support import ci_steps
 
 from mmstack.builder import channel, recipes as build
+from mmstack_lab.standin import bootstrap, offline
 
 pytestmark = pytest.mark.slow
 
@@ -174,7 +175,7 @@ def _built_channel(bootstrap_channel: Path, python: bootstrap.Interpreter, noarc
                 p["test_results"] = tests[p["build_string"]]["test_results"]
                 p["test_seconds"] = tests[p["build_string"]]["seconds"]
         summary = {
-            "stand_in": f"built against {bootstrap_channel.name} (tests/support/bootstrap.py stand-ins for "
+            "stand_in": f"built against {bootstrap_channel.name} (lab/src/mmstack_lab/standin/bootstrap.py stand-ins for "
                         "conda-forge), without torchvision in the recipe's test environment"
                         + (f"; the noarch packages against {noarch_channel.name}, mmdet's test left out" if noarch_channel else ""),
             "ci_steps": steps,

@@ -2,7 +2,7 @@
 chromium driven through chromium-driver by selenium (.ci/run installs the three; without them the
 browser tests skip, saying so).
 
-The channel: tests/support/page_channel.py (mmcv builds holding real nvcc objects, the CPU build, a
+The channel: lab/src/mmstack_lab/standin/page_channel.py (mmcv builds holding real nvcc objects, the CPU build, a
 noarch mmstack; a receipt on the sm90 build from the recorded H200 run) and its stand-in dependencies.
 MMSTACK_UPDATE_DOCS_IMG=1 also writes the browser's screenshot to docs/img/channel-page.png, which
 docs/channel-page.md shows.
@@ -19,7 +19,6 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from support import page_channel
 from support.cli import mmstack
 from test_build_e2e import bootstrap_channel, built_channel  # noqa: F401 - the e2e's fixtures, for the slow test below
 
@@ -27,6 +26,7 @@ from mmstack.builder import receipt
 from mmstack.facts.compat import ext_coverage
 from mmstack.facts.gpus import load
 from mmstack.variants import selection
+from mmstack_lab.standin import page_channel
 
 ROOT = Path(__file__).resolve().parents[1]
 SCREENSHOT = ROOT / "docs" / "img" / "channel-page.png"

@@ -10,7 +10,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-from support import fake_channel, page_channel
 from support.cli import mmstack
 from support.probe_package import build_probe
 
@@ -18,6 +17,7 @@ from mmstack.builder import receipt
 from mmstack.builder.channel import add_packages
 from mmstack.commands.ladder_cmds import ladder_summary
 from mmstack.variants import matrix, selection
+from mmstack_lab.standin import fake_channel, page_channel
 
 ROOT = Path(__file__).resolve().parents[1]
 

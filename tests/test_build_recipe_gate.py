@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 from support.cli import ROOT, mmstack
-from support.offline import cached_sdist
 
 from mmstack.builder import recipe_gate
 from mmstack.builder.recipes import check_recipes
 from mmstack.errors import CheckFailed, MmstackError
+from mmstack_lab.standin.offline import cached_sdist
 
 pytest.importorskip("rattler_build", reason="the recipes stage renders with py-rattler-build")
 

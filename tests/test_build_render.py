@@ -179,7 +179,7 @@ def test_tests_import_ops_pip_check_run_the_complete_ladder_and_the_fatbin(rende
 
 
 def test_the_offline_test_channel_drops_torchvision_and_nothing_else(monkeypatch):
-    """tests/support/bootstrap.py has no torchvision; MMSTACK_NO_TORCHVISION=1 (set by the e2e
+    """lab/src/mmstack_lab/standin/bootstrap.py has no torchvision; MMSTACK_NO_TORCHVISION=1 (set by the e2e
     build) drops it from the ladder's test requirements without changing the package hash."""
     select = {"arch_tag": "cpu", "python": "3.11"}
     (plain,) = build.render(recipe_dir=MMCV, variant_config=CONFIG, select=select)

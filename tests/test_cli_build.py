@@ -70,7 +70,7 @@ def test_build_rejects_an_environment_no_variant_serves(tmp_path):
 def test_channel_index_writes_repodata_for_every_subdir(tmp_path):
     pytest.importorskip("rattler")
     pytest.importorskip("rattler_build")
-    from support.fake_channel import Pkg, build_channel
+    from mmstack_lab.standin.fake_channel import Pkg, build_channel
 
     ch = build_channel(tmp_path / "ch", [Pkg("mmcv", "2.2.0", "cpu_py311"),
                                          Pkg("mmstack", "0.1.0", "pyh", subdir="noarch", noarch="python")])
@@ -196,7 +196,7 @@ def test_a_failed_solve_names_the_spec_nothing_provides_and_the_fix(tmp_path):
     line about an empty subdir; the error must name the unsatisfiable spec, the channels and the fix."""
     pytest.importorskip("rattler")
     pytest.importorskip("rattler_build")
-    from support.fake_channel import Pkg, build_channel
+    from mmstack_lab.standin.fake_channel import Pkg, build_channel
 
     src = build_channel(tmp_path / "src", [
         Pkg("python", "3.12.9", "h_cpython", depends=("__glibc >=2.17,<3.0.a0",)),

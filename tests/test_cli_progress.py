@@ -29,10 +29,9 @@ def run(*args: str, cwd: Path = ROOT, env: dict | None = None, timeout: float = 
 def fake_channel_url(tmp_path_factory):
     pytest.importorskip("rattler", reason="py-rattler (the [build] extra) is not installed")
     pytest.importorskip("rattler_build", reason="py-rattler-build (the [build] extra) is not installed")
-    from support import fake_channel
-
     from mmstack.facts.gpus import load as load_facts
     from mmstack.variants import matrix as variants
+    from mmstack_lab.standin import fake_channel
 
     matrix = variants.load_matrix(load_facts(), ROOT / variants.CONFIG_FILE)
     return fake_channel.url(fake_channel.build_channel(tmp_path_factory.mktemp("fake-channel"),
@@ -112,7 +111,7 @@ def test_verify_table_mode_puts_progress_on_stderr_only(tmp_path):
 def _channel(dest: Path, n: int) -> Path:
     pytest.importorskip("rattler", reason="py-rattler (the [build] extra) is not installed")
     pytest.importorskip("rattler_build", reason="py-rattler-build (the [build] extra) is not installed")
-    from support.fake_channel import Pkg, build_channel
+    from mmstack_lab.standin.fake_channel import Pkg, build_channel
 
     return build_channel(dest, [Pkg(f"p{i}", "1.0", "", subdir="noarch" if i % 2 else "linux-64") for i in range(n)])
 

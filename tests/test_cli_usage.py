@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 import tomllib
-from support.bootstrap import CACHE_ROOT
 from support.cli import ROOT
+
+from mmstack_lab.standin.bootstrap import CACHE_ROOT
 
 # The README's step 1, word for word (tests/test_cli_usage.py::test_readme_still_makes_the_venv_this_way).
 README_INSTALL = "python3 -m venv .venv && .venv/bin/pip install -e '.[build,detect]'"

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 from support.gpu_entry import built_files, check_entered
-from support.offline import patched_sdist
 
 from mmstack_lab.ops import patch_ab
+from mmstack_lab.standin.offline import patched_sdist
 
 ROOT = Path(__file__).resolve().parents[1]
 PATCH = ROOT / "recipes" / "mmcv" / "patches" / "0011-deform-conv-half-backward-in-float.patch"

@@ -1,6 +1,6 @@
 """The repository's pixi.toml against a local channel shaped like conda-forge + ./channel.
 
-The channel (tests/support/fake_channel.py) holds real, empty .conda packages: pytorch with
+The channel (lab/src/mmstack_lab/standin/fake_channel.py) holds real, empty .conda packages: pytorch with
 `cuda129_…`/`cuda130_…`/`cpu_…` builds, cuda-version 12.8/12.9/13.0 with conda-forge's `__cuda`
 constraint, and one mmcv per variant of conda_build_config.yaml with the matrix's build strings.
 Every generation must solve to the mmcv built for its compute capability, and none to one that
@@ -13,7 +13,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-from support import fake_channel
 
 from mmstack.commands.lock_cmds import run_lock, run_lock_check
 from mmstack.envs import lockfile, policy
@@ -22,6 +21,7 @@ from mmstack.envs.pixi_manifest import load as load_manifest
 from mmstack.facts import arch as archmod
 from mmstack.facts.gpus import load as load_facts
 from mmstack.variants import matrix as variants
+from mmstack_lab.standin import fake_channel
 
 pytest.importorskip("rattler", reason="py-rattler (the [build] extra) is not installed")
 pytest.importorskip("rattler_build", reason="py-rattler-build (the [build] extra) is not installed")

@@ -15,13 +15,13 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from support import fake_channel
 
 from mmstack.cli import main
 from mmstack.commands.lock_cmds import run_lock, run_lock_check
 from mmstack.envs import lockfile
 from mmstack.envs.lock import collect_problems
 from mmstack.facts.gpus import load as load_facts
+from mmstack_lab.standin import fake_channel
 
 # real conda-forge records: the copy in tests/data (its README says where they come from)
 FIXTURE = Path(__file__).resolve().parent / "data" / "conda-forge-subset" / "conda-forge"

@@ -5,7 +5,7 @@ mmcv the solver picks per platform (CEP 46: `__cuda_arch`, docs/solver.md).
 (py-rattler's GenericVirtualPackage) and writes one pixi.lock environment on six platforms plus a
 conda-lock file per platform; `mmstack lock check` holds each platform's mmcv to its arch
 (policy.platform_mmcv_problems). The solves are real: this repository's pixi.toml over
-tests/support/fake_channel.py's channel (STAND-IN packages, built as recipes/mmcv renders them),
+lab/src/mmstack_lab/standin/fake_channel.py's channel (STAND-IN packages, built as recipes/mmcv renders them),
 locked by tests/support/committed_lock.py as it would be committed.
 """
 
@@ -16,13 +16,14 @@ import shutil
 from pathlib import Path
 
 import pytest
-from support import committed_lock, fake_channel
+from support import committed_lock
 
 from mmstack.commands.lock_cmds import run_lock, run_lock_check
 from mmstack.envs import lockfile, pixi_manifest, policy
 from mmstack.envs.lock import collect_problems
 from mmstack.facts.gpus import load as load_facts, version_key
 from mmstack.variants import matrix as variants
+from mmstack_lab.standin import fake_channel
 
 pytest.importorskip("rattler", reason="py-rattler (the [build] extra) is not installed")
 pytest.importorskip("rattler_build", reason="the variant matrix is read with py-rattler-build")

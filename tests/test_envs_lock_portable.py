@@ -9,12 +9,12 @@ import shutil
 from pathlib import Path
 
 import pytest
-from support import fake_channel
 from support.cli import mmstack
 
 from mmstack.envs import lockfile, portable
 from mmstack.facts.gpus import load as load_facts
 from mmstack.variants import matrix as variants
+from mmstack_lab.standin import fake_channel
 
 pytest.importorskip("rattler", reason="py-rattler (the [build] extra) is not installed")
 pytest.importorskip("rattler_build", reason="py-rattler-build (the [build] extra) is not installed")

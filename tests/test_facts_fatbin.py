@@ -302,7 +302,7 @@ def test_package_check_on_conda_and_tar_bz2(conda_package, built, tmp_path):
 
 
 def test_package_check_on_our_own_cpu_build():
-    from support.bootstrap import CACHE_ROOT  # the test cache (MMSTACK_TEST_CACHE honoured)
+    from mmstack_lab.standin.bootstrap import CACHE_ROOT  # the test cache (MMSTACK_TEST_CACHE honoured)
 
     builds = sorted(CACHE_ROOT.glob("**/mmcv-*cpu*.conda")) if CACHE_ROOT.is_dir() else []
     if not builds:

@@ -31,9 +31,10 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from support import fake_channel
 from support.cli import ROOT
 from support.probe_package import build_probe
+
+from mmstack_lab.standin import fake_channel
 
 pytest.importorskip("rattler", reason="py-rattler (the [build] extra) is not installed")
 pytest.importorskip("rattler_build", reason="py-rattler-build (the [build] extra) is not installed")

@@ -20,7 +20,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from support.offline import patched_sdist
+
+from mmstack_lab.standin.offline import patched_sdist
 
 ROOT = Path(__file__).resolve().parents[1]
 PATCH = ROOT / "recipes" / "mmcv" / "patches" / "0009-split-filtered-lrelu-unit.patch"

@@ -354,7 +354,7 @@ def test_shell_steps_reach_no_private_name():
 
 def test_the_shell_private_name_rule_bites(tmp_path):
     sh = tmp_path / "x.sh"
-    sh.write_text("python -c 'from support.bootstrap_cuda import _cf_arch_list; print(_cf_arch_list())'\n"
-                  "python -c 'from support.bootstrap_cuda import cf_arch_list'\npython -c 'import mmstack.envs.lock as l'\n"
+    sh.write_text("python -c 'from mmstack_lab.standin.bootstrap_cuda import _cf_arch_list; print(_cf_arch_list())'\n"
+                  "python -c 'from mmstack_lab.standin.bootstrap_cuda import cf_arch_list'\npython -c 'import mmstack.envs.lock as l'\n"
                   "python -c 'import mmstack; mmstack.envs.lock._locked'\n")
     assert [b.split(":")[0] for b in shell_private_names(sh)] == ["1", "4"]

@@ -15,7 +15,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from support.offline import patched_sdist
+
+from mmstack_lab.standin.offline import patched_sdist
 
 ROOT = Path(__file__).resolve().parents[1]
 PATCHES = ROOT / "recipes" / "mmcv" / "patches"
@@ -53,7 +54,7 @@ def sources(tmp_path_factory) -> dict[str, Path]:
     """The sdist with every recipe patch, and with every one but 0013 (the released setup.py's break)."""
     with_it = patched_sdist("mmcv", tmp_path_factory.mktemp("with"))
     without = tmp_path_factory.mktemp("without")
-    from support.offline import unpacked_sdist
+    from mmstack_lab.standin.offline import unpacked_sdist
 
     src = unpacked_sdist("mmcv", without)
     for p in sorted(PATCHES.glob("0*.patch")):

@@ -19,9 +19,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-from support.offline import patched_sdist
 
 from mmstack_lab.ops import patch_ab
+from mmstack_lab.standin.offline import patched_sdist
 
 ROOT = Path(__file__).resolve().parents[1]
 PATCH = ROOT / "recipes" / "mmdet" / "proposed" / "0004-max-iou-assigner-on-the-device.patch"

@@ -28,7 +28,7 @@ CYCLE = Path(checkpoint_cycle.__file__)
 @pytest.fixture(scope="module")
 def unpatched(tmp_path_factory) -> Path:
     """mmengine 0.10.7 as released: the recipe's sdist unpacked, no patch applied."""
-    from support import offline
+    from mmstack_lab.standin import offline
 
     return offline.unpacked_sdist("mmengine", tmp_path_factory.mktemp("mmengine-released"))
 

@@ -88,7 +88,7 @@ def test_every_module_level_import_of_mmdet_is_a_run_requirement(rendered):
     import ast
     import tarfile
 
-    from support import offline
+    from mmstack_lab.standin import offline
 
     try:
         sdist = offline.cached_sdist("mmdet")
@@ -199,7 +199,8 @@ def test_recipe_builds_without_pytorch_and_carries_the_patch_and_configs(tmp_pat
         ToolConfiguration,
         VariantConfig,
     )
-    from support import bootstrap, offline
+
+    from mmstack_lab.standin import bootstrap, offline
 
     try:
         boot = bootstrap.bootstrap_channel(log=lambda msg: None)

@@ -1,4 +1,4 @@
-"""tests/support/bootstrap.py's second CPython (issue 42 item 1): what it packages for another
+"""lab/src/mmstack_lab/standin/bootstrap.py's second CPython (issue 42 item 1): what it packages for another
 interpreter is named from that interpreter, never from the one running the tests."""
 
 from __future__ import annotations
@@ -7,7 +7,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from support import bootstrap
+
+from mmstack_lab.standin import bootstrap
 
 
 def test_another_interpreter_describes_itself():

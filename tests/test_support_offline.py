@@ -1,4 +1,4 @@
-"""tests/support/offline.py obtains upstream mmcv's tag archive the way a user's machine can: from a
+"""mmstack_lab.standin.offline obtains upstream mmcv's tag archive the way a user's machine can: from a
 shared folder, else the recipe's own URL (sha256 checked), else one line saying what to do.
 GitHub is unreachable here, so the download runs against a local HTTP server serving a copy of the
 same archive: real HTTP, the recipe's real sha256."""
@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support import offline
+
+from mmstack_lab.standin import offline
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -93,20 +94,22 @@ def test_neither_shared_copy_nor_network_says_in_one_line_what_to_do(tmp_path):
 def test_a_test_needing_the_archive_fails_with_that_line_not_a_traceback(tmp_path):
     """What a user sees in the e2e tests: pytest's one-line failure naming the fix."""
     test = tmp_path / "tests" / "test_needs_archive.py"
-    shutil.copytree(ROOT / "tests" / "support", tmp_path / "tests" / "support",
+    # a copy of the lab, first on the path: offline finds the recipes in the checkout its package lies in
+    shutil.copytree(ROOT / "lab" / "src" / "mmstack_lab", tmp_path / "lab" / "src" / "mmstack_lab",
                     ignore=shutil.ignore_patterns("__pycache__"))
-    test.write_text("from support import offline\n\n"
+    test.parent.mkdir()
+    test.write_text("from mmstack_lab.standin import offline\n\n"
                     "def test_it():\n    offline.cached_github_archive()\n")
     env = {"MMSTACK_TEST_CACHE": str(tmp_path / "cache"), "MMSTACK_SHARED_SOURCES": str(tmp_path / "nothing"),
            "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
-    # no ../shared beside tmp_path's copy of tests/support and recipes/mmcv, and GitHub unreachable or not: the
+    # no ../shared beside tmp_path's copy of the lab and recipes/mmcv, and GitHub unreachable or not: the
     # URL is pointed at a closed port so the run is the same everywhere
     (tmp_path / "recipes" / "mmcv").mkdir(parents=True)
     recipe = (ROOT / "recipes" / "mmcv" / "recipe.yaml").read_text()
     (tmp_path / "recipes" / "mmcv" / "recipe.yaml").write_text(
         recipe.replace("https://github.com/open-mmlab/mmcv/archive/refs/tags/", "http://127.0.0.1:9/"))
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(tmp_path),
-                           "-o", "pythonpath=tests", str(test)], cwd=tmp_path, env=env, capture_output=True,
+                           "-o", "pythonpath=tests lab/src", str(test)], cwd=tmp_path, env=env, capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     failure = proc.stdout.split(" test_it ")[1].split("short test summary info")[0]

@@ -1,5 +1,5 @@
 """Which mmcv build a solver installs for a machine (issue 45 item 2): py-rattler solved here, over
-tests/support/fake_channel.py's channel (mmcv per variant of conda_build_config.yaml as
+lab/src/mmstack_lab/standin/fake_channel.py's channel (mmcv per variant of conda_build_config.yaml as
 recipes/mmcv renders it; STAND-IN cuda-arch, pytorch, cuda-version), against the committed answers
 of py-rattler (tests/data/solver_selection/rattler.json) and of the real conda 26.7.1 with the
 nvidia-virtual-packages plugin (conda.json; their headers say how they were made). What is right is
@@ -14,11 +14,10 @@ import pytest
 
 pytest.importorskip("rattler", reason="py-rattler is the 'build' extra")
 
-from support import fake_channel
-
 from mmstack.facts import arch as archmod
 from mmstack.facts.gpus import load
 from mmstack.variants import matrix, selection
+from mmstack_lab.standin import fake_channel
 
 DATA = Path(__file__).parent / "data" / "solver_selection"
 ROOT = Path(__file__).resolve().parents[1]
@@ -133,14 +132,14 @@ def test_the_fixtures_come_from_the_committed_scripts():
 
 
 def test_the_device_channels_stand_in_cuda_arch_is_built_like_conda_forges(tmp_path):
-    """tests/support/bootstrap_cuda.py's cuda-arch (what recipes/mmcv's per-generation builds take
+    """lab/src/mmstack_lab/standin/bootstrap_cuda.py's cuda-arch (what recipes/mmcv's per-generation builds take
     in host on the device): every conda-forge version, its run-export and run constraint, STAND-IN."""
     import io
     import tarfile
     import zipfile
 
     zstandard = pytest.importorskip("zstandard")
-    from support import bootstrap, bootstrap_cuda
+    from mmstack_lab.standin import bootstrap, bootstrap_cuda
 
     channel = tmp_path / "channel"
     for sub in ("linux-64", "noarch"):

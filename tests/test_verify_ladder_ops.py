@@ -239,7 +239,7 @@ def _upstream_literals(test_file: str, *names: str) -> dict:
     """Module-level literals of one of upstream mmcv v2.2.0's tests (tests/ of the tag archive)."""
     import tarfile
 
-    from support import offline
+    from mmstack_lab.standin import offline
 
     with tarfile.open(offline.cached_github_archive()) as tar:
         source = tar.extractfile(f"mmcv-2.2.0/{test_file}").read().decode()
@@ -267,7 +267,7 @@ def test_tin_shift_reference_gives_upstream_test_tin_shift_outputs():
 def test_every_l4_op_names_the_upstream_test_of_the_same_op_and_it_exists():
     import tarfile
 
-    from support import offline
+    from mmstack_lab.standin import offline
 
     ops = load_ops()
     assert set(ops.UPSTREAM_TESTS) == {entry[0] for entry in ops.CHECKS}

@@ -7,7 +7,7 @@
 #   bash lab/gpu/tree-digest.sh --gpu-commit    # the tree's commit and digest, for machine.txt
 #
 # Takes ~5 min on 2 cores (xz -9). Versions: py-rattler/py-rattler-build as in this checkout's
-# venv (.venv), the rest pinned in tests/support/bootstrap.py (the device has the others: KINDS.md).
+# venv (.venv), the rest pinned in lab/src/mmstack_lab/standin/bootstrap.py (the device has the others: KINDS.md).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
@@ -31,11 +31,11 @@ for w in "$C"/big/*.whl; do unzip -q -o "$w" -d "$tmp/site"; done
 find "$tmp/site" -name '*.so' -exec strip --strip-unneeded {} +
 tar cf - -C "$tmp" site | xz -T0 -9 > "$C/site.tar.xz"
 rm -rf "$tmp" "$C/big"
-# sources, checked against the sha256 the recipes name (tests/support/offline.py)
-PYTHONPATH="$ROOT/tests" "$PY" - "$C/sdist" <<'PY'
+# sources, checked against the sha256 the recipes name (lab/src/mmstack_lab/standin/offline.py)
+PYTHONPATH="$ROOT/lab/src" "$PY" - "$C/sdist" <<'PY'
 import shutil, sys
 from pathlib import Path
-from support import offline
+from mmstack_lab.standin import offline
 dest = Path(sys.argv[1])
 for p in (offline.cached_sdist("mmcv"), offline.cached_sdist("mmdet"), offline.cached_sdist("mmengine"),
           offline.cached_github_archive()):

@@ -11,9 +11,9 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
-from support import bootstrap_cuda
 
 from mmstack_lab.common.result_logs import read_log
+from mmstack_lab.standin import bootstrap_cuda
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN1 = ROOT / "lab" / "results" / "h200" / "recipe-run1"
@@ -158,7 +158,7 @@ def test_recipe_run1_sandbox_ran_l2_and_l4_on_the_h200():
 
 @pytest.mark.skipif(not RUN1.is_dir(), reason="no committed recipe-run1 results")
 def test_schedule_replay_of_the_current_patch_is_the_committed_one():
-    from support import offline
+    from mmstack_lab.standin import offline
 
     sdist = Path(offline.CACHE_ROOT) / "sdist" / "mmcv-2.2.0.tar.gz"
     if not sdist.is_file():

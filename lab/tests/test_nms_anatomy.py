@@ -16,7 +16,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from support.offline import unpacked_sdist
+
+from mmstack_lab.standin.offline import unpacked_sdist
 
 ROOT = Path(__file__).resolve().parents[2]
 PATCHES = ROOT / "recipes" / "mmcv" / "patches"

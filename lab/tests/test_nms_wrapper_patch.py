@@ -20,9 +20,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from support.offline import patched_sdist
 
 from mmstack_lab.ops import nms_cases, patch_ab
+from mmstack_lab.standin.offline import patched_sdist
 
 ROOT = Path(__file__).resolve().parents[2]
 PATCH = ROOT / "recipes" / "mmcv" / "proposed" / "0014-nms-wrapper-fewer-passes.patch"

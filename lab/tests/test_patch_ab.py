@@ -22,10 +22,10 @@ from pathlib import Path
 
 import pytest
 from support.gpu_entry import built_files, diff_sha256
-from support.offline import patched_sdist, unpacked_sdist
 
 from mmstack_lab.ops import patch_ab
 from mmstack_lab.paths import LAB_SRC, child_env
+from mmstack_lab.standin.offline import patched_sdist, unpacked_sdist
 
 ROOT = Path(__file__).resolve().parents[2]
 CANDIDATE = ROOT / "recipes" / "mmcv" / "patches" / "0010-roi-align-half-backward-in-float.patch"

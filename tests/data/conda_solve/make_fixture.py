@@ -71,7 +71,7 @@ def main() -> int:
         "conda": conda.__version__, "solver": "classic", "python": sys.version.split()[0],
         "command": ["conda", "create", "-p", "ENV", "--override-channels", "-c", "CHANNEL", "-c", "STANDIN", *SPECS],
         "env": {"CONDA_ADD_PIP_AS_PYTHON_DEPENDENCY": "0", "CONDARC": "/dev/null", "offline": True},
-        "stand_in": "CHANNEL and STANDIN are tests/test_build_e2e.py's channel and the tests/support/bootstrap.py "
+        "stand_in": "CHANNEL and STANDIN are tests/test_build_e2e.py's channel and the lab/src/mmstack_lab/standin/bootstrap.py "
                     "STAND-IN channel it was built against, not conda-forge",
         "seconds": seconds,
         "packages": packages,

@@ -1,10 +1,10 @@
 """Regenerate conda.json: what the REAL conda does with a channel whose packages have test receipts beside them.
 
-Run with the project's venv (it builds the channels with tests/support/fake_channel.py and mmstack), naming a
+Run with the project's venv (it builds the channels with lab/src/mmstack_lab/standin/fake_channel.py and mmstack), naming a
 Python that has conda installed from its tagged sources (a scratch venv with conda 26.7.1 built from github
 conda/conda at tag 26.7.1 and the nvidia-virtual-packages plugin v0.2.0, as for tests/data/solver_selection):
 
-    PYTHONPATH=tests .venv/bin/python tests/data/receipts/make_conda_fixture.py /tmp/condavenv/bin/python
+    .venv/bin/python tests/data/receipts/make_conda_fixture.py /tmp/condavenv/bin/python
 
 Two copies of fake_channel's STAND-IN channel, indexed by `mmstack channel index`: `plain`, and `receipts`
 with a receipt beside every package plus a stray JSON. On each, offline, classic solver:
@@ -33,12 +33,11 @@ VIRTUAL = {"CONDA_OVERRIDE_CUDA": "12.9", "CONDA_OVERRIDE_CUDA_ARCH": "8.9", "CO
 
 
 def channels(work: Path) -> dict[str, Path]:
-    from support import fake_channel
-
     from mmstack.builder import receipt
     from mmstack.builder.channel import index_channel
     from mmstack.facts.gpus import load
     from mmstack.variants.matrix import CONFIG_FILE, load_matrix
+    from mmstack_lab.standin import fake_channel
 
     rows = load_matrix(load(), Path(CONFIG_FILE))
     plain = fake_channel.build_channel(work / "plain", fake_channel.standard_packages(rows))
@@ -79,9 +78,9 @@ def main() -> int:
     answers = {name: install(conda_python, ch) for name, ch in channels(work).items()}
     doc = {
         "what": "the real conda's install of mmcv from a channel without and with test receipts beside its packages",
-        "generated_by": "PYTHONPATH=tests .venv/bin/python tests/data/receipts/make_conda_fixture.py CONDA_PYTHON",
+        "generated_by": ".venv/bin/python tests/data/receipts/make_conda_fixture.py CONDA_PYTHON",
         "conda": version, "solver": "classic", "env": {"CONDARC": "/dev/null", **VIRTUAL, "offline": True},
-        "stand_in": "the channels are tests/support/fake_channel.py's STAND-IN packages, not conda-forge",
+        "stand_in": "the channels are lab/src/mmstack_lab/standin/fake_channel.py's STAND-IN packages, not conda-forge",
         "specs": SPECS,
         "answers": answers,
     }

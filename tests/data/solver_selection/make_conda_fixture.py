@@ -75,7 +75,7 @@ def main() -> int:
         "nvidia_virtual_packages": metadata.version("nvidia-virtual-packages"),
         "python": sys.version.split()[0],
         "env": {"CONDARC": "/dev/null", "CONDA_OVERRIDE_GLIBC": "2.28", "offline": True},
-        "stand_in": "the channels are tests/support/fake_channel.py's STAND-IN, not conda-forge",
+        "stand_in": "the channels are lab/src/mmstack_lab/standin/fake_channel.py's STAND-IN, not conda-forge",
         "answers": answers,
     }
     (HERE / "conda.json").write_text(json.dumps(doc, indent=1) + "\n")

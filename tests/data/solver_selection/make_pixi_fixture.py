@@ -4,7 +4,7 @@ solve then takes. pixi itself is not run (its source is Rust; nothing of it is c
 rules below are read from github prefix-dev/pixi at the commit named (file and lines per rule), and
 pixi solves with rattler's solver, which py-rattler is. From the repository root:
 
-    PYTHONPATH=tests .venv/bin/python tests/data/solver_selection/make_pixi_fixture.py
+    .venv/bin/python tests/data/solver_selection/make_pixi_fixture.py
 
 The channel is make_rattler_fixture.py's `guarded` one, built again here (STAND-IN).
 """
@@ -17,11 +17,10 @@ import tempfile
 from importlib import metadata
 from pathlib import Path
 
-from support import fake_channel
-
 from mmstack.envs import pixi_manifest
 from mmstack.facts.gpus import load
 from mmstack.variants import matrix, selection
+from mmstack_lab.standin import fake_channel
 
 HERE = Path(__file__).parent
 ROOT = HERE.parents[2]
@@ -61,9 +60,9 @@ def main() -> int:
     doc = {
         "what": "pixi's rules for rich platforms (its source, cited per rule) applied to pixi.toml's platforms; the "
                 "mmcv build rattler's solver (py-rattler) takes with those virtual packages",
-        "generated_by": "PYTHONPATH=tests .venv/bin/python tests/data/solver_selection/make_pixi_fixture.py",
+        "generated_by": ".venv/bin/python tests/data/solver_selection/make_pixi_fixture.py",
         "pixi": PIXI, "py_rattler": metadata.version("py-rattler"), "rules": RULES,
-        "stand_in": "the channel is tests/support/fake_channel.py's STAND-IN, not conda-forge",
+        "stand_in": "the channel is lab/src/mmstack_lab/standin/fake_channel.py's STAND-IN, not conda-forge",
         "answers": answers,
     }
     (HERE / "pixi.json").write_text(json.dumps(doc, indent=1) + "\n")

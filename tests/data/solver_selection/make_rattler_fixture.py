@@ -1,9 +1,9 @@
 """Regenerate rattler.json: py-rattler's answer for every machine of cases.json, and write the two
 channels the answers come from (for make_conda_fixture.py). From the repository root:
 
-    PYTHONPATH=tests .venv/bin/python tests/data/solver_selection/make_rattler_fixture.py CHANNELS_DIR
+    .venv/bin/python tests/data/solver_selection/make_rattler_fixture.py CHANNELS_DIR
 
-CHANNELS_DIR/guarded: tests/support/fake_channel.py's channel for the repository's
+CHANNELS_DIR/guarded: lab/src/mmstack_lab/standin/fake_channel.py's channel for the repository's
 conda_build_config.yaml (mmcv per variant as recipes/mmcv renders it; STAND-IN cuda-arch, pytorch,
 cuda-version); CHANNELS_DIR/unguarded: the same without the per-generation builds' `__cuda_arch`
 run requirement (CEP 46's recipe pattern alone). tests/test_variants_selection.py solves the same
@@ -17,10 +17,9 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-from support import fake_channel
-
 from mmstack.facts.gpus import load
 from mmstack.variants import matrix, selection
+from mmstack_lab.standin import fake_channel
 
 HERE = Path(__file__).parent
 ROOT = HERE.parents[2]
@@ -59,9 +58,9 @@ def main() -> int:
     doc = {
         "what": "py-rattler's solve of cases.json over the fake channel (mmcv per variant of conda_build_config.yaml, "
                 "STAND-IN cuda-arch/pytorch/cuda-version), virtual packages given as GenericVirtualPackage",
-        "generated_by": "PYTHONPATH=tests .venv/bin/python tests/data/solver_selection/make_rattler_fixture.py CHANNELS_DIR",
+        "generated_by": ".venv/bin/python tests/data/solver_selection/make_rattler_fixture.py CHANNELS_DIR",
         "py_rattler": metadata.version("py-rattler"),
-        "stand_in": "the channel is tests/support/fake_channel.py's STAND-IN, not conda-forge",
+        "stand_in": "the channel is lab/src/mmstack_lab/standin/fake_channel.py's STAND-IN, not conda-forge",
         "answers": answers(chans),
     }
     (HERE / "rattler.json").write_text(json.dumps(doc, indent=1) + "\n")

@@ -1,10 +1,9 @@
 """A build and a rebuild of the mmcv recipe through rattler-build with the CI's ccache (issue 24).
 
-    PYTHONPATH=tests python -m mmstack_lab.build_cost.ccache_recipe --channel BOOTSTRAP_CHANNEL \
+    python -m mmstack_lab.build_cost.ccache_recipe --channel BOOTSTRAP_CHANNEL \
         [--ccache /usr/bin/ccache] --json > lab/results/cpu-dev/ccache_recipe.json
 
-(tests/ on PYTHONPATH: the offline recipe copy comes from tests/support/offline.py, the stand-in
-channel's helpers, which stay with the tests for now.)
+(the offline recipe copy comes from mmstack_lab.standin.offline, beside the stand-in channel's builders.)
 
 ccache_rebuild.py measured recipes/mmcv/build.sh with ccache settings in its environment. A real
 build runs inside rattler-build, which clears the environment (CCACHE_* gone, HOME set to the
@@ -21,7 +20,7 @@ Per build: wall and CPU seconds, ccache's counters for it, and the `_ext` .so in
 its sha256, its GNU build-id, and the sha256 with the build-id zeroed. `warm_same_ext` says
 whether the rebuild packaged a byte-identical `_ext`; `warm_same_ext_but_build_id` whether it
 did apart from the 20 bytes of the GNU build-id, where two builds in two directories were seen
-to differ. The channel is a bootstrap channel of tests/support/bootstrap.py (STAND-INs for
+to differ. The channel is a bootstrap channel of lab/src/mmstack_lab/standin/bootstrap.py (STAND-INs for
 conda-forge: the result says so). One run each; no claim about noise. Bad input: one line, exit 2.
 """
 
@@ -80,9 +79,8 @@ def ext_digests(conda: Path) -> dict | None:
 
 
 def build(name: str, base: Path, channel: Path, wrapper_env: dict, ccache: str) -> dict:
-    from support import offline
-
     from mmstack.builder import recipes
+    from mmstack_lab.standin import offline
 
     work = base / f"work-{name}"  # a new directory per build
     work.mkdir()
@@ -102,7 +100,7 @@ def build(name: str, base: Path, channel: Path, wrapper_env: dict, ccache: str) 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--channel", type=Path, required=True, help="a bootstrap channel (tests/support/bootstrap.py)")
+    ap.add_argument("--channel", type=Path, required=True, help="a bootstrap channel (lab/src/mmstack_lab/standin/bootstrap.py)")
     ap.add_argument("--ccache", default=shutil.which("ccache"), help="the ccache executable (default: on PATH)")
     ap.add_argument("--keep", type=Path, help="keep the work tree (logs, cache) here")
     ap.add_argument("--json", action="store_true")
@@ -131,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "what": "the mmcv recipe's CPU variant built twice through rattler-build (py-rattler-build) with "
                 "scripts/ccache-wrapper.sh first on PATH and one cache: cold, then warm in a new work directory",
-        "stand_in": f"host requirements from {args.channel.name}, STAND-INs for conda-forge (tests/support/bootstrap.py)",
+        "stand_in": f"host requirements from {args.channel.name}, STAND-INs for conda-forge (lab/src/mmstack_lab/standin/bootstrap.py)",
         "machine": {"cpus": os.cpu_count(), "processor": platform.processor() or platform.machine()},
         "ccache": version, "builds": builds,
         "warm_over_cold_wall": round(warm["wall_s"] / cold["wall_s"], 3),

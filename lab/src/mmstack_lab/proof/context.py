@@ -63,8 +63,13 @@ class Run:
 
     # --- environment -------------------------------------------------------------------------
     def pythonpath(self, *extra: Path) -> str:
-        parts = [self.site, self.root / "src", self.root / "tests", *extra]
+        """The carried py-rattler(-build), this tree's mmstack and its lab (the stand-in builders among it)."""
+        parts = [self.site, self.root / "src", self.root / "lab" / "src", *extra]
         return os.pathsep.join(str(p) for p in parts)
+
+    def lab_pythonpath(self) -> str:
+        """A stand-in builder's (mmstack_lab.standin): the carried py-rattler(-build) and the lab, not mmstack."""
+        return os.pathsep.join(str(p) for p in (self.site, self.root / "lab" / "src"))
 
     def mm(self, *args: str) -> list[str]:
         """`mmstack ARGS` with the carried packages and this tree's mmstack (PYTHONPATH dropped for children)."""

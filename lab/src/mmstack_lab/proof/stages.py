@@ -39,9 +39,9 @@ class Stage:
 # --- the stand-in channel and the recipes --------------------------------------------------------
 
 def _standin(r: Run) -> int:
-    cmd = [r.py, "-m", "support.bootstrap_cuda", str(r.standin), "--wheels", str(r.carry / "wheels"),
+    cmd = [r.py, "-m", "mmstack_lab.standin.bootstrap_cuda", str(r.standin), "--wheels", str(r.carry / "wheels"),
            "--json", str(r.res / "standin.json")]
-    env = {**r.mm_env(), "PYTHONPATH": f"{r.site}:{r.root / 'tests'}"}
+    env = {**r.mm_env(), "PYTHONPATH": r.lab_pythonpath()}
     return r.sh("standin_log", cmd, env=env, timed="standin_time")
 
 
@@ -52,7 +52,7 @@ def _offline_recipes(r: Run) -> int:
     for f in (r.carry / "sdist").glob("*.tar.gz"):
         shutil.copy2(f, cache / "sdist" / f.name)
     shutil.rmtree(r.recipes, ignore_errors=True)
-    code = ("import sys\nfrom pathlib import Path\nfrom support import offline\n"
+    code = ("import sys\nfrom pathlib import Path\nfrom mmstack_lab.standin import offline\n"
             "root, w = Path(sys.argv[1]), Path(sys.argv[2])\n"
             "for n in ('mmengine', 'mmcv', 'mmdet'):\n"
             "    offline.offline_recipe_for(n, root / 'recipes' / n, w / n)\n")
@@ -117,9 +117,9 @@ def _mmcv(r: Run, tag: str, *variant: str) -> int:
 
 
 def _fat_arch_list(r: Run) -> str:
-    code = "from support.bootstrap_cuda import cf_arch_list; print(cf_arch_list())"
+    code = "from mmstack_lab.standin.bootstrap_cuda import cf_arch_list; print(cf_arch_list())"
     return subprocess.run([r.py, "-c", code], capture_output=True, text=True, check=True,
-                          env={**r.mm_env(), "PYTHONPATH": f"{r.site}:{r.root / 'tests'}"}).stdout.strip()
+                          env={**r.mm_env(), "PYTHONPATH": r.lab_pythonpath()}).stdout.strip()
 
 
 def _ptx_tag(r: Run) -> str:

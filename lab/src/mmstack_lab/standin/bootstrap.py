@@ -1,4 +1,4 @@
-"""TEST SUPPORT ONLY: a local conda channel built from this machine's parts, for offline builds.
+"""STAND-IN BUILDER (development and CI only): a local conda channel built from this machine's parts, for offline builds.
 
 The end-to-end test builds the real mmcv recipe with the real rattler-build engine. conda-forge
 is not reachable from every test machine, so this module assembles a stand-in channel from parts
@@ -37,7 +37,7 @@ Nothing here is a product default: `mmstack build` keeps using conda-forge.
 
 The channel is cached under ~/.cache/mmstack-tests/bootstrap-<hash of the inputs> (override the
 root with MMSTACK_TEST_CACHE), built in a temporary directory and renamed into place, so a crash
-never leaves a half channel. `python tests/support/bootstrap.py` prebuilds it and prints its path.
+never leaves a half channel. `python -m mmstack_lab.standin.bootstrap` prebuilds it and prints its path.
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ def stand_in_glibc_floor(sysroot: str) -> str:
     return max(sysroot, host_glibc(), key=lambda v: tuple(int(x) for x in v.split(".")))
 # Set while building against this channel: the mmcv recipe then leaves torchvision out of its tests.
 NO_TORCHVISION_ENV = "MMSTACK_NO_TORCHVISION"
-SUMMARY = "STAND-IN (mmstack tests/support/bootstrap.py, not conda-forge's)"
+SUMMARY = "STAND-IN (mmstack_lab.standin.bootstrap, not conda-forge's)"
 STAMP = datetime(2026, 1, 1, tzinfo=timezone.utc)  # fixed timestamps: reproducible packages
 Log = Callable[[str], None]
 
@@ -523,7 +523,7 @@ def _build_recipe(recipe_dir: Path, channel: Path, *, log: Log) -> None:
 
 
 _PYTHON_RECIPE = """\
-# TEST SUPPORT ONLY: this machine's CPython, packaged for offline rattler-build tests.
+# STAND-IN: this machine's CPython, packaged for offline rattler-build tests.
 package:
   name: python
   version: "{version}"
@@ -544,12 +544,12 @@ requirements:
     weak:
       - python_abi {py}.* *_cp{py_tag}
 about:
-  summary: "STAND-IN (mmstack tests/support/bootstrap.py): CPython {version} from {src}"
+  summary: "STAND-IN (mmstack_lab.standin.bootstrap): CPython {version} from {src}"
   license: Python-2.0
 """
 
 _PYTHON_BUILD_SH = r"""#!/usr/bin/env bash
-# TEST SUPPORT ONLY. Copy a CPython prefix without its site-packages and test suites, strip debug
+# STAND-IN. Copy a CPython prefix without its site-packages and test suites, strip debug
 # info, and rewrite the old prefix in text files to $PREFIX: rattler-build then records those as
 # prefix-placeholder files and its relinker rewrites the ELF RUNPATH to $ORIGIN-relative.
 set -euo pipefail
@@ -613,7 +613,7 @@ RUNTIME_OUTPUTS = """\
 """
 
 _STUBS_RECIPE = """\
-# TEST SUPPORT ONLY: stand-ins for conda-forge's compiler and sysroot packages, so a recipe's
+# STAND-IN: stand-ins for conda-forge's compiler and sysroot packages, so a recipe's
 # compiler('c'), compiler('cxx') and stdlib('c') resolve offline. They install no compiler: the
 # activation scripts point CC/CXX at this machine's gcc/g++.
 recipe:
@@ -630,7 +630,7 @@ outputs:
         content: |
           mkdir -p "$PREFIX/etc/conda/activate.d"
           cat > "$PREFIX/etc/conda/activate.d/activate-gcc_linux-64.sh" <<'EOF'
-          # TEST SUPPORT ONLY (mmstack tests/support/bootstrap.py): the system C compiler.
+          # STAND-IN (mmstack_lab.standin.bootstrap): the system C compiler.
           export CC="{gcc}"
           export CC_FOR_BUILD="{gcc}"
           EOF
@@ -640,7 +640,7 @@ outputs:
           # conda-forge's gcc exports its runtime (libgcc_s, libgomp) the same way
           - libgcc >={gcc_version}
     about:
-      summary: "STAND-IN (mmstack tests/support/bootstrap.py): activation pointing CC at {gcc}"
+      summary: "STAND-IN (mmstack_lab.standin.bootstrap): activation pointing CC at {gcc}"
   - package:
       name: gxx_linux-64
       version: "{gcc_version}"
@@ -651,7 +651,7 @@ outputs:
         content: |
           mkdir -p "$PREFIX/etc/conda/activate.d"
           cat > "$PREFIX/etc/conda/activate.d/activate-gxx_linux-64.sh" <<'EOF'
-          # TEST SUPPORT ONLY (mmstack tests/support/bootstrap.py): the system C++ compiler.
+          # STAND-IN (mmstack_lab.standin.bootstrap): the system C++ compiler.
           export CXX="{gxx}"
           export CXX_FOR_BUILD="{gxx}"
           EOF
@@ -663,8 +663,8 @@ outputs:
           # conda-forge's gxx exports libstdcxx the same way
           - libstdcxx >={gcc_version}
     about:
-      summary: "STAND-IN (mmstack tests/support/bootstrap.py): activation pointing CXX at {gxx}"
-""" + RUNTIME_OUTPUTS.replace("{stand_in}", "STAND-IN (mmstack tests/support/bootstrap.py)")
+      summary: "STAND-IN (mmstack_lab.standin.bootstrap): activation pointing CXX at {gxx}"
+""" + RUNTIME_OUTPUTS.replace("{stand_in}", "STAND-IN (mmstack_lab.standin.bootstrap)")
 
 _SYSROOT_OUTPUT = """\
   - package:
@@ -685,7 +685,7 @@ _SYSROOT_OUTPUT = """\
           # not conda-forge's {sysroot}: the packages link against this machine's glibc
           - __glibc >={floor},<3.0.a0
     about:
-      summary: "STAND-IN (mmstack tests/support/bootstrap.py): sysroot_linux-64 {sysroot} label, links against glibc {floor}"
+      summary: "STAND-IN (mmstack_lab.standin.bootstrap): sysroot_linux-64 {sysroot} label, links against glibc {floor}"
 """
 
 

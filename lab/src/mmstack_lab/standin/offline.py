@@ -1,4 +1,4 @@
-"""TEST SUPPORT ONLY: the repository's recipes, made buildable without reaching their source URLs.
+"""STAND-IN BUILDER (development and CI only): the repository's recipes, made buildable without reaching their source URLs.
 
 `offline_recipe(...)` copies a recipe directory (recipe.yaml, build.sh, patches) and points its
 `source.url` at a local copy of the same file. The sha256 line is left alone, so rattler-build
@@ -12,7 +12,8 @@ import shutil
 import urllib.request
 from pathlib import Path
 
-from .bootstrap import CACHE_ROOT
+from mmstack_lab.paths import ROOT
+from mmstack_lab.standin.bootstrap import CACHE_ROOT
 
 MMCV_SDIST_URL = ("https://files.pythonhosted.org/packages/e9/a2/57a733e7e84985a8a0e3101dfb8170fc9db92435c16afad253069ae3f9df/"
                   "mmcv-2.2.0.tar.gz")
@@ -36,13 +37,13 @@ LOCAL_COPIES = (Path("/tmp/cache"),)
 # feedstock names. Its URL and sha256 are read from recipes/mmcv/recipe.yaml. Where it comes from,
 # in order: the test cache; MMSTACK_SHARED_SOURCES or ../shared/sources (a folder holding the file,
 # for machines that cannot reach GitHub: CI and the development machines here); the recipe's URL.
-MMCV_RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "mmcv" / "recipe.yaml"
+MMCV_RECIPE = ROOT / "recipes" / "mmcv" / "recipe.yaml"
 MMCV_GITHUB_FILE = "mmcv-2.2.0.github.tar.gz"
 # Upstream sources committed for tests (tests/data/sources/README.md says where each comes from):
 # mmengine's v0.10.7 tag archive byte for byte (its recipe's second source, 1.4 MB), and for mmdet
 # a STAND-IN: tests/ of the commit its recipe's git source names, as a subset archive (the whole
 # tag archive could not be had byte for byte, and would be 12 MB and more).
-SOURCES_DIR = Path(__file__).resolve().parents[1] / "data" / "sources"
+SOURCES_DIR = ROOT / "tests" / "data" / "sources"
 MMENGINE_GITHUB_FILE = "mmengine-0.10.7.github.tar.gz"
 MMDET_TESTS_STAND_IN = SOURCES_DIR / "mmdetection-3.3.0-tests.STAND-IN.tar.gz"
 MMDET_TESTS_STAND_IN_SHA256 = "2504e394e673716cff5c56c57966ba44d6093b8802387b3f65d432709776c495"
@@ -71,8 +72,7 @@ def shared_sources() -> tuple[Path, ...]:
     """Folders that may hold source archives: MMSTACK_SHARED_SOURCES, then shared/sources beside
     the clone (../shared/sources) or inside it, then the ones committed under tests/data/sources."""
     env = os.environ.get("MMSTACK_SHARED_SOURCES", "")
-    clone = Path(__file__).resolve().parents[2]
-    return (*((Path(env),) if env else ()), clone.parent / "shared" / "sources", clone / "shared" / "sources",
+    return (*((Path(env),) if env else ()), ROOT.parent / "shared" / "sources", ROOT / "shared" / "sources",
             SOURCES_DIR)
 
 
@@ -171,7 +171,7 @@ def patched_sdist(name: str, dest: Path, extra: tuple[Path, ...] = ()) -> Path:
     import subprocess
 
     src = unpacked_sdist(name, dest)
-    patches = Path(__file__).resolve().parents[2] / "recipes" / name / "patches"
+    patches = ROOT / "recipes" / name / "patches"
     for p in [*sorted(patches.glob("0*.patch")), *extra]:
         subprocess.run(["patch", "-p1", "-s", "--fuzz=0", "-i", str(p)], cwd=src, check=True)
     return src
@@ -204,7 +204,7 @@ def stand_in_git_source(recipe: Path, archive: Path, sha256: str) -> None:
     indent = lines[i][: len(lines[i]) - len(lines[i].lstrip())]
     rev = lines[i + 1].split("rev:", 1)[1].strip()
     lines[i:i + 2] = [
-        f"{indent}# STAND-IN (tests/support/offline.py): not a clone of {lines[i].split('git:', 1)[1].strip()} at\n",
+        f"{indent}# STAND-IN (mmstack_lab.standin.offline): not a clone of {lines[i].split('git:', 1)[1].strip()} at\n",
         f"{indent}# {rev} but a subset archive of that commit's tests/ (tests/data/sources/README.md)\n",
         f"{indent}- url: {archive.resolve().as_uri()}\n",
         f"{indent}  sha256: {sha256}\n",

@@ -1,4 +1,4 @@
-"""TEST SUPPORT ONLY: a small local conda channel shaped like conda-forge + ./channel, for lock tests.
+"""STAND-IN BUILDER (development and CI only): a small local conda channel shaped like conda-forge + ./channel, for lock tests.
 
 Real .conda packages (made by py-rattler-build's `assemble_package`, empty of files) indexed with
 `rattler.index`, so the solver sees exactly what it would see on conda-forge:
@@ -30,8 +30,10 @@ from pathlib import Path
 
 import tomllib
 
-CUDA_ARCH_VERSIONS = Path(__file__).resolve().parents[1] / "data" / "solver_selection" / "cuda-arch-versions.toml"
-STAND_IN = "STAND-IN (mmstack tests/support/fake_channel.py)"
+from mmstack_lab.paths import ROOT
+
+CUDA_ARCH_VERSIONS = ROOT / "tests" / "data" / "solver_selection" / "cuda-arch-versions.toml"
+STAND_IN = "STAND-IN (mmstack_lab.standin.fake_channel)"
 
 # Fixed timestamp: the same inputs give byte-identical packages.
 _TS = datetime(2025, 11, 1, tzinfo=timezone.utc)

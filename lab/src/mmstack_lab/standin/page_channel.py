@@ -1,4 +1,4 @@
-"""TEST SUPPORT ONLY: a small channel for `mmstack channel page` and the test receipts.
+"""STAND-IN BUILDER (development and CI only): a small channel for `mmstack channel page` and the test receipts.
 
 - `deps`: fake_channel's STAND-IN conda-forge (python, pytorch, cuda-version, cuda-arch, ...) without mmcv;
 - `channel`: mmcv 2.2.0 packages with the matrix's build strings, build numbers and run requirements
@@ -21,9 +21,9 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
 
-from support import fake_channel
+from mmstack_lab.paths import ROOT
+from mmstack_lab.standin import fake_channel
 
-ROOT = Path(__file__).resolve().parents[2]
 KERNEL = ROOT / "tests" / "data" / "fatbin" / "kernel.cu"
 RECORDED = ROOT / "lab" / "results" / "h200" / "recipe-run7"
 # arch tags of the matrix (python 3.11, CUDA 12.9) the channel holds, and the nvcc 13 targets each is compiled
@@ -120,5 +120,5 @@ def write_h200_receipt(channel: Path, file: str) -> Path:
     machine, docs = recorded_h200()
     name, version, build = file.removesuffix(".conda").rsplit("-", 2)
     doc = receipt.make(pkg, name=name, version=version, build_string=build, subdir="linux-64", test_results=docs,
-                       machine_part=machine, tests_passed=None, seconds=0.0, via="tests/support/page_channel.py")
+                       machine_part=machine, tests_passed=None, seconds=0.0, via="mmstack_lab.standin.page_channel")
     return receipt.write(pkg, doc)

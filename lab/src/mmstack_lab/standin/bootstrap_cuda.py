@@ -1,10 +1,10 @@
-"""STAND-IN CHANNEL (test and device support only): conda-forge's CUDA parts, from this machine.
+"""STAND-IN CHANNEL (development, CI and device runs only): conda-forge's CUDA parts, from this machine.
 
 `recipes/mmcv` built for a CUDA variant needs conda-forge's `pytorch` (a cuda13x build),
 `cuda-nvcc` (compiler('cuda')), the `-dev` packages of its host section and `cuda-version`. A
 machine without conda-forge (the lent H200 has no network) can still run that build through the
 real rattler-build engine with a channel assembled from what the machine has, the way
-tests/support/bootstrap.py assembles the CPU one (its wheel repacking, recipe building and
+mmstack_lab.standin.bootstrap assembles the CPU one (its wheel repacking, recipe building and
 indexing are reused here):
 
 - `python`: a venv-style prefix over this interpreter's base CPython (`sys._base_executable`):
@@ -36,7 +36,7 @@ indexing are reused here):
 Every package says STAND-IN in about.summary and about.description; the recipe-built ones also
 carry `extra: mmstack-stand-in`. Nothing here is a product default.
 
-    PYTHONPATH=tests python -m support.bootstrap_cuda DEST [--wheels DIR] [--json FILE]
+    python -m mmstack_lab.standin.bootstrap_cuda DEST [--wheels DIR] [--json FILE]
 """
 
 from __future__ import annotations
@@ -54,10 +54,11 @@ import time
 from importlib import metadata
 from pathlib import Path
 
-from support import bootstrap
-from support.bootstrap import PY, PY_ABI, PY_PIN, PY_TAG, STAMP, BootstrapUnavailable, Wheel
+from mmstack_lab.paths import ROOT
+from mmstack_lab.standin import bootstrap
+from mmstack_lab.standin.bootstrap import PY, PY_ABI, PY_PIN, PY_TAG, STAMP, BootstrapUnavailable, Wheel
 
-STAND_IN = "STAND-IN (mmstack tests/support/bootstrap_cuda.py)"
+STAND_IN = "STAND-IN (mmstack_lab.standin.bootstrap_cuda)"
 TARGETS = "targets/x86_64-linux"
 # torch requirements left out of the stand-in pytorch (none: pip check in the recipe's tests
 # sees every requirement of torch's metadata).
@@ -449,7 +450,7 @@ def build_toolkit(channel: Path, recipes: Path, *, toolkit: Path, cuda_version: 
     bootstrap._build_recipe(recipe_dir, channel, log=print)
 
 
-CUDA_ARCH_VERSIONS = Path(__file__).resolve().parents[1] / "data" / "solver_selection" / "cuda-arch-versions.toml"
+CUDA_ARCH_VERSIONS = ROOT / "tests" / "data" / "solver_selection" / "cuda-arch-versions.toml"
 
 
 def build_cuda_arch(channel: Path, recipes: Path) -> None:
