@@ -261,6 +261,57 @@ def test_the_lab_rules_bite(tmp_path):
         "6: lock._locked", "7: g._cache"]
 
 
+# -- the stand-in builders live in the lab (mmstack_lab.standin); tests/support is pytest's glue only ----
+
+STANDIN = LAB / "src" / "mmstack_lab" / "standin"
+SUPPORT = ROOT / "tests" / "support"
+# what makes or indexes a conda package or channel: py-rattler-build (assemble_package, build_recipes),
+# py-rattler's indexer, conda-package-handling, and mmstack's own channel index
+_PACKAGE_BUILDERS = ("rattler_build", "rattler.index", "conda_package_handling", "mmstack.builder.channel")
+
+
+def stand_in_builder(path: Path) -> list[str]:
+    """Why `path` builds stand-ins: an import of a package or channel builder (also inside a function),
+    or a STAND-IN label in a string that is not a docstring (what a stand-in writes into its metadata)."""
+    tree = ast.parse(path.read_text(), str(path))
+    docstrings = {id(n.body[0].value) for n in ast.walk(tree)
+                  if isinstance(n, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+                  and n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    why = [f"{line}: imports {mod}" for line, mod, _ in _imports(tree)
+           if any(mod == b or mod.startswith(b + ".") for b in _PACKAGE_BUILDERS)]
+    why += [f"{n.lineno}: writes a STAND-IN label" for n in ast.walk(tree)
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and "STAND-IN" in n.value
+            and id(n) not in docstrings]
+    return why
+
+
+def test_stand_in_builders_live_only_in_the_lab():
+    """tests/support holds fixtures, the CLI runner and session glue; what builds packages or channels
+    standing in for conda-forge (or a recipe's source) is the lab's, mmstack_lab.standin."""
+    support = sorted(SUPPORT.glob("*.py"))
+    assert len(support) > 3
+    assert {p.name: w for p in support if (w := stand_in_builder(p))} == {}, (
+        "tests/support builds stand-ins: move the module to lab/src/mmstack_lab/standin/ (git mv)")
+
+
+def test_the_stand_in_rule_bites(tmp_path):
+    # every stand-in builder the lab has is one the rule sees
+    builders = sorted(p for p in STANDIN.glob("*.py") if p.name != "__init__.py")
+    assert {p.name for p in builders} >= {"bootstrap.py", "bootstrap_cuda.py", "fake_channel.py", "offline.py"}
+    assert [p.name for p in builders if not stand_in_builder(p)] == []
+    x = tmp_path / "x.py"
+    x.write_text('"""Not a STAND-IN: a docstring may say the word."""\nimport json\n\n'
+                 'def f():\n    """STAND-IN here too."""\n    from rattler_build import assemble_package\n'
+                 '    from mmstack.builder.channel import index_channel\n    return {"summary": "STAND-IN (x)"}\n')
+    assert stand_in_builder(x) == ["6: imports rattler_build", "7: imports mmstack.builder.channel",
+                                   "8: writes a STAND-IN label"]
+
+
+def test_the_lab_rules_cover_the_stand_ins():
+    files = _lab_files()
+    assert all(p in files for p in STANDIN.glob("*.py")) and (STANDIN / "bootstrap.py") in files
+
+
 # -- no sys.path manipulation: imports go through installed packages, `python -m` and PYTHONPATH ----
 
 # Each exception with its reason.

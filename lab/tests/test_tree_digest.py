@@ -16,8 +16,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-CODE = ("recipes", "scripts", "src", "tests/support", "lab/src", "lab/gpu", "pyproject.toml", "lab/pyproject.toml",
-        "conda_build_config.yaml")
+CODE = ("recipes", "scripts", "src", "lab/src", "lab/gpu", "pyproject.toml", "lab/pyproject.toml", "conda_build_config.yaml")
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 
 
