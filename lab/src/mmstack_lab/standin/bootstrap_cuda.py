@@ -129,7 +129,7 @@ def build_channel(dest: Path, *, wheel_dir: Path | None = None, log: Log = print
         shutil.rmtree(work, ignore_errors=True)
     packages = sorted(
         ({"file": f"{p.parent.name}/{p.name}", "bytes": p.stat().st_size} for p in dest.glob("*/*.conda")),
-        key=lambda d: d["file"])
+        key=lambda d: str(d["file"]))
     summary = {
         "channel": str(dest), "stand_in": True, "python": sys.version.split()[0], "base_python": _base_python(),
         "torch": torch_dist.version, "torch_cuda": cuda_version, "toolkit": str(toolkit),
@@ -242,13 +242,13 @@ def repack_installed(dist: metadata.Distribution, wheel: Wheel, channel: Path, s
     """
     import rattler_build
 
-    site_dir = Path(dist.locate_file("")).resolve()
+    site_dir = Path(str(dist.locate_file(""))).resolve()
     bin_dir = Path(sys.prefix).resolve() / "bin"
     entries: list[tuple[Path, str]] = []
     for f in dist.files or []:
         if "__pycache__" in f.parts:
             continue
-        path = Path(dist.locate_file(f))
+        path = Path(str(dist.locate_file(f)))
         if not path.is_file():
             continue
         real = path.resolve() if not path.is_symlink() else path.parent.resolve() / path.name
@@ -304,6 +304,8 @@ def repack_torch(channel: Path, stage: Path, recipes: Path, *, cuda_version: str
     """The installed torch: its files as `libtorch`, `pytorch` (cudaXYZ build string, run_exports,
     CF_TORCH_CUDA_ARCH_LIST activation) on top, its nvidia-*/cuda-*/triton closure, torchvision."""
     torch_dist = _dist("torch")
+    if torch_dist is None:
+        raise BootstrapUnavailable("torch is not installed in this interpreter: the stand-in pytorch repacks it")
     closure = cuda_closure(torch_dist)
     known = _known_names(closure)
     names = []
@@ -527,7 +529,7 @@ def build_dev_packages(channel: Path, *, toolkit: Path, cuda_version: str) -> No
             parts = f.parts
             if "include" in parts and not f.name.endswith(".pyc"):
                 rel = "/".join(parts[parts.index("include") + 1:])
-                headers.append(rattler_build.FileEntry.from_paths(Path(dist.locate_file(f)), f"{TARGETS}/include/{rel}"))
+                headers.append(rattler_build.FileEntry.from_paths(Path(str(dist.locate_file(f))), f"{TARGETS}/include/{rel}"))
         if not headers:
             continue
         rattler_build.assemble_package(
@@ -779,7 +781,7 @@ def _find_any_wheel(dest: Path, wheel: Wheel) -> Path | None:
     stem = wheel.pypi.replace("-", "_").lower()
     hits = sorted(p for p in Path(dest).glob("*.whl") if p.name.split("-")[0].lower() == stem)
     exact = [p for p in hits if p.name.split("-")[1] == wheel.version]
-    return (exact or hits or [None])[-1]
+    return (exact or hits)[-1] if hits else None
 
 
 def _tree_entries(src: Path, dest: str) -> list:

@@ -27,6 +27,7 @@ import hashlib
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Literal
 
 import tomllib
 
@@ -49,7 +50,7 @@ class Pkg:
     constrains: tuple[str, ...] = ()
     build_number: int = 0
     hashed: bool = True
-    noarch: str | None = None
+    noarch: Literal["python", "generic"] | None = None
 
     @property
     def build_string(self) -> str:
@@ -87,7 +88,7 @@ def mmcv_depends(v, *, cuda_arch_guard: bool = True) -> tuple[str, ...]:
     torch = f"pytorch >={v.pytorch},<{v.pytorch}.999"
     if v.cuda is None:
         return (_py(v.python), torch, "numpy")
-    deps = (_py(v.python), torch, f"__cuda >={v.cuda.split('.')[0]}", _cuda_range(v.cuda), "numpy")
+    deps: tuple[str, ...] = (_py(v.python), torch, f"__cuda >={v.cuda.split('.')[0]}", _cuda_range(v.cuda), "numpy")
     if v.arch_min:
         deps += (f"cuda-arch >={v.arch_min}",) + ((f"__cuda_arch >={v.arch_min}",) if cuda_arch_guard else ())
     return deps

@@ -85,11 +85,11 @@ def build(tmp: Path) -> dict:
         v = picked[tag]
         pkg = fake_channel.Pkg("mmcv", "2.2.0", f"{v.build_string_prefix}_py311", depends=fake_channel.mmcv_depends(v),
                                build_number=v.build_number)
-        kw = {"files_dir": str(staged[tag])} if tag in staged else {"files": []}
         out = assemble_package(name="mmcv", version="2.2.0", target_platform="linux-64", build_string=pkg.build_string,
                                output_dir=str(channel / "linux-64"), depends=list(pkg.depends), build_number=pkg.build_number,
                                compression_level=1, timestamp=_TS, detect_prefix=False, license="Apache-2.0",
-                               summary=f"{fake_channel.STAND_IN}: mmcv {tag} with a real nvcc object", **kw)
+                               summary=f"{fake_channel.STAND_IN}: mmcv {tag} with a real nvcc object",
+                               files_dir=str(staged[tag]) if tag in staged else None, files=None if tag in staged else [])
         files[tag] = Path(out.path).name
     mm = fake_channel.Pkg("mmstack", "0.1.0", "pyh", subdir="noarch", noarch="python", depends=("python >=3.10",))
     out = assemble_package(name="mmstack", version="0.1.0", target_platform="noarch", build_string=mm.build_string,
