@@ -18,7 +18,7 @@ import yaml
 
 from mmstack_lab.standin import offline
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

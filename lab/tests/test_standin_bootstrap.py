@@ -1,4 +1,4 @@
-"""lab/src/mmstack_lab/standin/bootstrap.py's second CPython (issue 42 item 1): what it packages for another
+"""mmstack_lab.standin.bootstrap's second CPython (issue 42 item 1): what it packages for another
 interpreter is named from that interpreter, never from the one running the tests."""
 
 from __future__ import annotations
