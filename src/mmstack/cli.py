@@ -180,6 +180,7 @@ def build(
     work_dir: Path | None = typer.Option(None, "--work-dir", parser=_raw_path, callback=_not_empty, help="Where build trees go (default: the system temp dir)."),
     log: Path | None = typer.Option(None, "--log", parser=_raw_path, callback=_not_empty, help="Also write rattler-build's full log (build and test output) to this file."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress line (units compiled, ETA, the test running) on stderr."),
+    target_platform: str = typer.Option("linux-64", "--target-platform", help="linux-64, or linux-aarch64: the config's aarch64 rows, cross-compiled here (test sections skipped)."),
     json: bool = JSON,
 ) -> None:
     """Build the recipes into a local channel and index it (all or nothing per recipe)."""
@@ -188,7 +189,7 @@ def build(
     raise typer.Exit(run_build_cmd(root=root, channel=channel, env=env, build_all=all_, recipes=recipe,
                                    extra_channels=source_channel, test=not no_test, as_json=json,
                                    variant=variant, keep_build=keep_build, work_dir=work_dir, log=log,
-                                   quiet=quiet))
+                                   quiet=quiet, target_platform=target_platform))
 
 
 @app.command("test")

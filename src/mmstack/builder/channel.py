@@ -162,6 +162,25 @@ def explain_unsolvable(specs: Sequence[str], channels: Sequence[str | os.PathLik
     return None
 
 
+def missing_specs(specs: Sequence[str], channels: Sequence[str | os.PathLike[str]], platform: str) -> list[str] | None:
+    """The specs no record of `channels` matches in `platform` or noarch (each looked up alone, as
+    the solver would look it up); None when the channels cannot be read."""
+    import rattler
+
+    async def _run() -> list[str]:
+        wanted = [rattler.MatchSpec(s) for s in specs]
+        found = await rattler.Gateway().query([_channel(c) for c in channels],
+                                              [rattler.Subdir(platform), rattler.Subdir("noarch")], wanted,
+                                              recursive=False)
+        records = [r for group in found for r in group]
+        return [s for s, m in zip(specs, wanted, strict=True) if not any(m.matches(r) for r in records)]
+
+    try:
+        return asyncio.run(_run())
+    except Exception:  # noqa: BLE001 - an unreachable channel, a bad spec: no answer, not a new error
+        return None
+
+
 # ---------------------------------------------------------------------------------------------
 
 

@@ -147,7 +147,8 @@ def render(
     return rendered
 
 
-def selection_for_env(env: str, config_path: str | os.PathLike[str], *, ignore: Sequence[str] = ()) -> list[dict]:
+def selection_for_env(env: str, config_path: str | os.PathLike[str], *, ignore: Sequence[str] = (),
+                      target_platform: str = TARGET_PLATFORM) -> list[dict]:
     """The variant keys of the builds an environment takes (variants.py maps envs to rows).
 
     `ignore` drops keys that an override replaces (their matrix values no longer apply).
@@ -155,10 +156,14 @@ def selection_for_env(env: str, config_path: str | os.PathLike[str], *, ignore: 
     from mmstack.facts import gpus as facts
     from mmstack.variants import matrix as variants
 
-    matrix = variants.load_matrix(facts.load(), Path(config_path))
+    matrix = variants.load_matrix(facts.load(), Path(config_path), target_platform)
     rows = [v for v in matrix if env == ALL or env in v.envs]
     if not rows:
         known = sorted({e for v in matrix for e in v.envs})
+        if not known:  # linux-aarch64's rows serve no environment yet: they are picked by their keys
+            raise BadInput(f"no {target_platform} row serves an environment ({env!r} asked for)", source="--env",
+                           fix="pass --all, with --variant KEY=VALUE for the keys of the rows you want "
+                               f"(`mmstack matrix --target-platform {target_platform}`)")
         raise BadInput(f"no variant serves environment {env!r}", source=str(config_path),
                        fix=f"use one of {', '.join(known)} or {ALL!r}")
     return [{k: v for k, v in row.variant_keys().items() if k not in ignore} for row in rows]
@@ -179,6 +184,7 @@ def run_build(
     keep_build: bool = False,
     log_file: str | os.PathLike[str] | None = None,
     watch: BuildWatch | None = None,
+    target_platform: str = TARGET_PLATFORM,
 ) -> list[BuiltPackage]:
     """Build the recipe's variants that serve `env` (None or "all": every variant) into `channel_dir`.
 
@@ -188,13 +194,18 @@ def run_build(
     `log_file` receives every line rattler-build logs (build script and test output), appended.
     `watch` (progress.BuildWatch) sees every logged line too and shows each build's progress.
     Overrides can make several rows of the matrix the same build: each build string is built once.
+    `target_platform` picks the config's rows for that subdir and builds them there: linux-aarch64 is
+    cross-compiled on this linux-64 machine (the rendered variant carries its PlatformConfig into
+    py-rattler-build's build), its test section skipped (an aarch64 package does not run here).
     """
     from rattler_build import ToolConfiguration
 
     say = progress or (lambda _msg: None)
-    rendered = render(recipe_dir=recipe_dir, variant_config=variant_config, overrides=overrides, select=select)
+    cross = target_platform != BUILD_PLATFORM
+    rendered = render(recipe_dir=recipe_dir, variant_config=variant_config, overrides=overrides, select=select,
+                      target_platform=target_platform)
     if env and env != ALL:
-        wanted = selection_for_env(env, variant_config, ignore=tuple(overrides or ()))
+        wanted = selection_for_env(env, variant_config, ignore=tuple(overrides or ()), target_platform=target_platform)
         rendered = [v for v in rendered if any(_matches(v.variant, w) for w in wanted)]
     if not rendered:
         raise BadInput("no variant of the recipe matches the selection", source=str(variant_config),
@@ -212,7 +223,7 @@ def run_build(
     channels = [as_channel_url(c) for c in extra_channels]
     if channel_path.is_dir():
         channels.insert(0, channelmod.ensure_channel(channel_path).as_uri())
-    tool = ToolConfiguration(test_strategy="native" if test else "skip", keep_build=keep_build)
+    tool = ToolConfiguration(test_strategy="native" if test and not cross else "skip", keep_build=keep_build)
     log_fh = open(log_file, "a", encoding="utf-8") if log_file else None
     callback = EngineEvents(say, log_fh, watch)
 
@@ -231,7 +242,8 @@ def run_build(
                 result = variant.run_build(tool_config=tool, output_dir=out, channels=channels,
                                            progress_callback=callback)
             except engine_errors() as exc:  # the engine's failure becomes BuildFailed with its log
-                raise _build_failed(name, exc, Path(work_dir or tempfile.gettempdir())) from None
+                raise _build_failed(name, exc, Path(work_dir or tempfile.gettempdir()),
+                                    target_platform=target_platform, channels=channels) from None
             finally:
                 if watch:
                     watch.stop()
@@ -448,7 +460,8 @@ _ACTUAL = re.compile(r"actual:\s*([0-9a-f]+)")
 _ERROR_LINE = re.compile(r"(?i)\berror\b|fatal|no such file|not found|undefined reference|cannot|failed to")
 
 
-def _build_failed(name: str, exc: Exception, log_dir: Path) -> BuildFailed:
+def _build_failed(name: str, exc: Exception, log_dir: Path, *, target_platform: str = TARGET_PLATFORM,
+                  channels: Sequence[str] = ()) -> BuildFailed:
     """One line saying what failed, from rattler-build's multi-line error and captured log."""
     text = str(exc)
     log = [str(line) for line in (getattr(exc, "log", None) or [])]
@@ -465,6 +478,11 @@ def _build_failed(name: str, exc: Exception, log_dir: Path) -> BuildFailed:
         log_file = None
     summary = text.strip().splitlines()[0].removeprefix("PyRattlerBuildError: ") if text.strip() else type(exc).__name__
     if "Failed to resolve dependencies" in summary:
+        block = _last_solve(log)
+        if block and target_platform != BUILD_PLATFORM:
+            failed = _cross_solve_failed(name, block, target_platform, channels)
+            if failed:
+                return failed
         unsolvable = _explain_solve(log)
         if unsolvable:
             specs, channels, why = unsolvable
@@ -481,6 +499,51 @@ def _build_failed(name: str, exc: Exception, log_dir: Path) -> BuildFailed:
     detail = f"{summary}: {errors[-1][:300]}" if errors else summary
     where = f"the full log is {log_file}" if log_file else "rerun with keep_build=True and read the build log"
     return BuildFailed(f"{name}: {detail}", fix=f"{where}; the build tree is kept with --keep-build")
+
+
+@dataclass(frozen=True)
+class SolveBlock:
+    """What rattler-build logs before it solves an environment: the subdir, channels and specs."""
+
+    platform: str | None
+    channels: list[str]
+    specs: list[str]
+
+
+_PLATFORM_LINE = re.compile(r"^Platform:\s*(\S+)")
+
+
+def _last_solve(log: list[str]) -> SolveBlock | None:
+    """The last environment rattler-build tried to solve, with the subdir its `Platform:` line names."""
+    blocks = _solve_blocks(log)
+    if not blocks:
+        return None
+    channels, specs = blocks[-1]
+    platforms, current = [], None  # the subdir of each block: the `Platform:` line logged before its `Channels:`
+    for line in log:
+        m = _PLATFORM_LINE.match(line.strip())
+        if m:
+            current = m.group(1)
+        elif line.strip() == "Channels:":
+            platforms.append(current)
+    return SolveBlock(platforms[-1] if platforms else None, channels, specs)
+
+
+def _cross_solve_failed(name: str, block: SolveBlock, target_platform: str, named: Sequence[str]) -> BuildFailed | None:
+    """A cross build's failed solve in one line: which environment (the build machine's subdir or
+    the target's), and every spec no channel has a package for there; None when each spec has a
+    candidate (a conflict: the solver's own explanation says it better). `named`: the channels the
+    build was given (the message leaves out rattler-build's own output directory)."""
+    subdir = block.platform or BUILD_PLATFORM
+    missing = channelmod.missing_specs(block.specs, block.channels, subdir) if block.specs else None
+    if not missing:
+        return None
+    env = "build" if subdir == BUILD_PLATFORM else "host"
+    return BuildFailed(
+        f"{name}: cannot solve the {env} environment of a {target_platform} cross build: no package for "
+        f"{', '.join(missing)} in {subdir} or noarch of {', '.join(named or block.channels)}",
+        fix=f"build for {target_platform} against channels with its packages and the cross compilers "
+            f"(--source-channel conda-forge has both); `mmstack build` without --target-platform builds for {BUILD_PLATFORM}")
 
 
 def _solve_blocks(log: list[str]) -> list[tuple[list[str], list[str]]]:

@@ -12,8 +12,11 @@ from mmstack.builder.channel import index_channel
 from mmstack.builder.reach import require_reachable
 from mmstack.builder.recipes import (
     ALL,
+    BUILD_PLATFORM,
     DEFAULT_CHANNELS,
     STACK,
+    TARGET_PLATFORM,
+    TARGET_PLATFORMS,
     describe_result,
     recipe_path,
     render,
@@ -28,10 +31,19 @@ LARGE_CHANNEL = 200  # packages: `mmstack channel index` shows its progress abov
 BUILD_GRACE_S = 10.0  # after a signal, how long a build (or test) whose script was ended may take to clean up
 
 
-def _with_variants(root: Path, recipes: tuple[str, ...]) -> list[str]:
+def _with_variants(root: Path, recipes: tuple[str, ...], target_platform: str) -> list[str]:
     """The recipes that render more than one build over the matrix (they need --env or --all)."""
     config = root / "conda_build_config.yaml"
-    return [r for r in recipes if len(render(recipe_dir=recipe_path(root, r), variant_config=config)) > 1]
+    return [r for r in recipes
+            if len(render(recipe_dir=recipe_path(root, r), variant_config=config, target_platform=target_platform)) > 1]
+
+
+def check_target_platform(target_platform: str) -> None:
+    """`--target-platform`: a subdir the matrix has rows for; anything else is one line, exit 2."""
+    if target_platform not in TARGET_PLATFORMS:
+        raise BadInput(f"{target_platform!r} is not a platform mmstack builds for ({', '.join(TARGET_PLATFORMS)})",
+                       source="--target-platform", fix=f"pass --target-platform {' or '.join(TARGET_PLATFORMS)} "
+                       f"(linux-aarch64 is cross-compiled on {BUILD_PLATFORM})")
 
 
 def _watch(quiet: bool) -> progressmod.BuildWatch | None:
@@ -46,29 +58,38 @@ def _watch(quiet: bool) -> progressmod.BuildWatch | None:
 def run_build_cmd(*, root: Path, channel: Path, env: str | None, build_all: bool,
                   recipes: list[str] | None, extra_channels: list[str] | None, test: bool,
                   as_json: bool, variant: list[str] | None = None, keep_build: bool = False,
-                  work_dir: Path | None = None, log: Path | None = None, quiet: bool = False) -> int:
+                  work_dir: Path | None = None, log: Path | None = None, quiet: bool = False,
+                  target_platform: str = TARGET_PLATFORM) -> int:
     """Build the stack's recipes for one environment (or all variants) into `channel`, then index it.
 
     Progress goes to stderr: the build steps line by line and, unless `quiet`, each build's progress
     (a live bar on a terminal, else a plain line at most every 30 s); the result is a table (or
-    JSON) of the packages that landed.
+    JSON) of the packages that landed. `target_platform` linux-aarch64 builds the config's
+    `# [aarch64]` rows, cross-compiled here, with their test sections skipped (no receipt: nothing
+    was tested; `mmstack test` runs them on an aarch64 machine).
     """
+    check_target_platform(target_platform)
     names = tuple(recipes or STACK)
     if build_all and env:
         raise BadInput("--env and --all both given", source="command line", fix="pass one of them")
     if not build_all and not env:
-        varied = _with_variants(root, names) if recipes else list(names)
+        varied = _with_variants(root, names, target_platform) if recipes else list(names)
         if varied:
             raise BadInput(f"which builds? neither --env nor --all given, and {', '.join(varied)} has variants",
                            source="command line", fix="pass --env NAME (see `mmstack matrix`) or --all")
-    if env:
-        selection_for_env(env, root / "conda_build_config.yaml")  # bad input before any network probe
+    if env:  # bad input before any network probe
+        selection_for_env(env, root / "conda_build_config.yaml", target_platform=target_platform)
     overrides = parse_variant_overrides(variant or [])
     if overrides:
         from mmstack.facts.gpus import load as load_facts
         from mmstack.variants.matrix import check_overrides
 
-        check_overrides(load_facts(), root / "conda_build_config.yaml", overrides, env=ALL if build_all else env)
+        check_overrides(load_facts(), root / "conda_build_config.yaml", overrides, env=ALL if build_all else env,
+                        target_platform=target_platform)
+    if test and target_platform != BUILD_PLATFORM:
+        report.info(f"test sections skipped: a {target_platform} package cannot run on this {BUILD_PLATFORM} machine "
+                    f"(run `mmstack test PACKAGE` on a {target_platform} one)")
+        test = False
     output_channel(channel)  # every place the build writes, before it starts
     if log is not None:
         targets.writable_file(log, option="--log")
@@ -86,7 +107,8 @@ def run_build_cmd(*, root: Path, channel: Path, env: str | None, build_all: bool
         landed = interrupts.in_process(
             _build_with_progress, quiet=quiet, root=root, channel_dir=channel, env=ALL if build_all else env,
             recipes=(name,), extra_channels=sources, test=test, overrides=overrides or None,
-            keep_build=keep_build, work_dir=work_dir, log_file=log, grace=BUILD_GRACE_S)
+            keep_build=keep_build, work_dir=work_dir, log_file=log, grace=BUILD_GRACE_S,
+            target_platform=target_platform)
         if test:  # a package lands only when its test section passed
             for b in landed:
                 count = _test_count(b.path)

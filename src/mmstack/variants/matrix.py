@@ -328,7 +328,7 @@ _MINOR = re.compile(r"\d+\.\d+")
 
 
 def check_overrides(facts: Facts, path: Path, overrides: dict[str, str], *, env: str | None,
-                    option: str = "--variant") -> None:
+                    option: str = "--variant", target_platform: str = PLATFORM) -> None:
     """`build --variant KEY=VALUE` by the matrix's rules: a key of the variant config (or one a
     recipe reads, RECIPE_KEYS), and every row the build takes (`env`'s rows; every row for None or
     "all") still a valid variant with the override in it, as `mmstack matrix` judges a row. An
@@ -336,7 +336,7 @@ def check_overrides(facts: Facts, path: Path, overrides: dict[str, str], *, env:
     BadInput (exit 2) on the first problem."""
     if not overrides:
         return
-    combos = read_config(path)
+    combos = read_config(path, target_platform)
     keys = {k for c in combos for k in c}
     unknown = sorted(set(overrides) - keys - set(RECIPE_KEYS))
     if unknown:
@@ -346,7 +346,7 @@ def check_overrides(facts: Facts, path: Path, overrides: dict[str, str], *, env:
         if key in overrides and not _MINOR.fullmatch(overrides[key]):
             raise BadInput(f"{overrides[key]!r} is not a version like 3.12", source=f"{option} {key}",
                            fix=f"write it like {option} {key}=3.12" if key != "pytorch" else f"write it like {option} pytorch=2.13")
-    matrix = build_matrix(facts, combos, source=str(path))
+    matrix = build_matrix(facts, combos, source=str(path), target_platform=target_platform)
     rows = [v for v in matrix if env in (None, "all") or env in v.envs]
     for row in rows:
         combo = {**row.variant_keys(), **{k: v for k, v in overrides.items() if k not in RECIPE_KEYS}}
