@@ -10,6 +10,8 @@ Subpackages, one per question:
   detector    how fast a detector trains (mmdet against torchvision, per stage, per op)
   overhead    what mmstack's own steps cost (lock, the verify ladder, mmcv's start-up)
   proof       the GPU proof: its stage registry and driver (python -m mmstack_lab.proof.run) and each run's summary
+  standin     STAND-IN channels (conda-forge's parts from this machine) and offline recipe copies, for the
+              tests, the e2e builds and the GPU proof
   docs        the numbers and pictures in docs/, rendered from lab/results/
   common      timing, host facts, compressed logs, path scrubbing shared by the above
 """
