@@ -8,6 +8,8 @@ RATTLER_INDEX="${RATTLER_INDEX:-rattler-index}"
 SOURCE_CHANNEL="${MMSTACK_SOURCE_CHANNEL:-conda-forge}"
 RECIPES="${MMSTACK_RECIPES:-recipes}"
 OUTPUT="${MMSTACK_OUTPUT:-output}"
+# The subdir of $OUTPUT a variant's mmcv lands in (the aarch64 test jobs set linux-aarch64).
+SUBDIR="${MMSTACK_SUBDIR:-linux-64}"
 REPORTS="${MMSTACK_REPORTS:-reports}"
 gh_output() { if [ -n "${GITHUB_OUTPUT:-}" ]; then echo "$1" >> "$GITHUB_OUTPUT"; else echo "output: $1"; fi; }
 gh_env() { if [ -n "${GITHUB_ENV:-}" ]; then echo "$1" >> "$GITHUB_ENV"; else echo "env: $1"; fi; }

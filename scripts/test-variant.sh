@@ -5,7 +5,7 @@
 source "$(dirname "$0")/lib.sh"
 mkdir -p "$REPORTS"
 mmstack channel index "$OUTPUT" --quiet > /dev/null
-mmstack test "$OUTPUT"/linux-64/mmcv-*.conda --channel "$OUTPUT" --source-channel "$SOURCE_CHANNEL" \
+mmstack test "$OUTPUT/$SUBDIR"/mmcv-*.conda --channel "$OUTPUT" --source-channel "$SOURCE_CHANNEL" \
   --json > "$REPORTS/test-mmcv.json"
 mmstack test "$OUTPUT"/noarch/mmdet-*.conda --channel "$OUTPUT" --source-channel "$SOURCE_CHANNEL" \
   --json > "$REPORTS/test-mmdet.json"

@@ -86,9 +86,9 @@ def test_committed_build_yml_builds_each_variant_with_its_keys(matrix):
     assert "mmstack build --all --recipe \"$RECIPES/mmcv\" --no-test" in script
     # the channel job gathers the noarch packages and only the mmcv packages whose test job passed
     channel = doc["jobs"]["channel"]
-    assert channel["needs"] == ["noarch", "test"]
+    assert channel["needs"] == ["noarch", "test", "test_aarch64"]  # the aarch64 jobs: tests/test_ci_aarch64.py
     downloads = [s["with"] for s in channel["steps"] if s.get("uses", "").startswith("actions/download-artifact@")]
-    assert {d.get("pattern") or d.get("name") for d in downloads} == {"tested-*", "noarch"}
+    assert {d.get("pattern") or d.get("name") for d in downloads} == {"tested-*", "linux-aarch64-tested-*", "noarch"}
     assert any(s.get("run", "") == "mmstack channel index channel" for s in channel["steps"])
     assert any(s.get("run", "").startswith("scripts/describe-channel.sh") for s in channel["steps"])
     assert any(s.get("uses", "").startswith("actions/deploy-pages@") for s in doc["jobs"]["publish"]["steps"])

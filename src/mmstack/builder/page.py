@@ -166,8 +166,9 @@ def page_data(channel: Path, facts: Facts, *, solve_channels: list[str] | None, 
             [f"glibc ≥ {code['glibc']}"] if code["glibc"] else []) + [
             f"receipt: {state}" + (f" ({doc['machine']['summary']})" if doc else "")]
         row["note"] = "; ".join(notes)
-        if p.subdir != "noarch":
-            row["cells"] = {g.env: _cell(facts, g, code, [t for t in tested if t["env"] == g.env]) for g in gens}
+        if p.subdir != "noarch":  # a generation's environment is of one platform (linux-aarch64 has none yet)
+            row["cells"] = {g.env: _cell(facts, g, code, [t for t in tested if t["env"] == g.env])
+                            for g in gens if g.platform == p.subdir}
         rows.append(row)
     try:
         mmstack_version = version("mmstack")

@@ -25,7 +25,7 @@ import jinja2
 from mmstack.envs import pixi_manifest
 from mmstack.errors import CheckFailed
 from mmstack.facts.gpus import Facts, load
-from mmstack.variants.matrix import CONFIG_FILE, CPU_TAG, FAT_TAG, Variant, config_digest, load_matrix
+from mmstack.variants.matrix import CONFIG_FILE, CPU_TAG, FAT_TAG, PLATFORM, Variant, config_digest, load_matrix
 
 BUILD_FILE = Path(".github/workflows/build.yml")
 LOCKS_FILE = Path(".github/workflows/locks.yml")
@@ -42,6 +42,11 @@ SETUP_PIXI = "prefix-dev/setup-pixi@v0.9.2"
 # conda-lock as the `test` extra pins it (tests/test_ci_workflows.py holds the two equal): locks.yml
 # runs its `--check-input-hash` on every committed conda-lock file, as tests/test_envs_conda_lock.py does.
 CONDA_LOCK_SPEC = "conda-lock==4.0.3"
+# The other target platform: its rows are cross-compiled on CPU_RUNNER (as conda-forge builds its
+# aarch64 packages on linux-64) and tested on an Arm runner: the GPU runner mapped for the row, else
+# vars.ARM_RUNNER, else GitHub's hosted linux arm64 runner (no GPU: the ladder skips L2 and L4).
+ARM_PLATFORM = "linux-aarch64"
+ARM_RUNNER = "ubuntu-24.04-arm"
 
 
 # --- the matrix --------------------------------------------------------------------------------
@@ -49,7 +54,10 @@ CONDA_LOCK_SPEC = "conda-lock==4.0.3"
 def runner_key(v: Variant) -> str:
     """What vars.GPU_RUNNERS is looked up by: the environment a build serves ('rtx4090'), the
     build string prefix of a fat build ('cuda129_all': one per CUDA, their driver floors differ),
-    or 'cpu'."""
+    or 'cpu'. Another platform's row (no environment serves it yet) has its build string prefix
+    and the platform ('cuda130_sm90-linux-aarch64'), so it never shares a key with a linux-64 row."""
+    if v.platform != PLATFORM:
+        return f"{v.build_string_prefix}-{v.platform}"
     if v.cuda is None:
         return CPU_TAG
     if v.arch_tag == FAT_TAG or not v.envs:
@@ -59,9 +67,22 @@ def runner_key(v: Variant) -> str:
 
 def job_name(v: Variant) -> str:
     """`py3.11 pytorch2.13 cuda12.9 sm89 (rtx4090)`, `py3.11 pytorch2.12 cpu (cpu)`, `py3.11 pytorch2.13
-    cuda12.9 all (any GPU)`: the pytorch minor too, the matrix builds two (conda-forge's pin and target)."""
+    cuda12.9 all (any GPU)`: the pytorch minor too, the matrix builds two (conda-forge's pin and target).
+    Another platform's row names it and the Arm hosts it serves: `py3.11 pytorch2.13 cuda13.0 sm90
+    linux-aarch64 (NVIDIA GH200)`."""
     build = "cpu" if v.cuda is None else f"cuda{v.cuda} {v.arch_tag}"
+    if v.platform != PLATFORM:
+        return f"py{v.python} pytorch{v.pytorch} {build} {v.platform} ({_arm_hosts(v)})"
     return f"py{v.python} pytorch{v.pytorch} {build} ({', '.join(v.envs) or 'any GPU'})"
+
+
+def _arm_hosts(v: Variant) -> str:
+    """The Arm hosts data/arm_hosts.toml says run the row ('any Arm host' for the CPU and fat rows)."""
+    from mmstack.variants import arm_hosts
+
+    if v.cuda is None or v.arch_tag == FAT_TAG:
+        return "any Arm host"
+    return ", ".join(h.gpu for h in arm_hosts.load().host if h.row == v.arch_tag) or "no Arm host"
 
 
 def github_matrix(variants: list[Variant], *, config_path: Path) -> dict:
@@ -126,6 +147,7 @@ def render(root: Path) -> dict[Path, str]:
     facts = load()
     config = Path(root) / CONFIG_FILE
     variants = load_matrix(facts, config)
+    arm = load_matrix(facts, config, ARM_PLATFORM)
     pixi = pixi_manifest.pixi_floor(pixi_manifest.load(Path(root) / pixi_manifest.MANIFEST))
     common = dict(digest=config_digest(config), pixi_version=pixi, setup_pixi=SETUP_PIXI)
     build = _env().get_template(BUILD_FILE.name).render(
@@ -133,6 +155,13 @@ def render(root: Path) -> dict[Path, str]:
         count=len(variants),
         variant_keys=list(variants[0].variant_keys()) if variants else [],
         include=_yaml_list(github_matrix(variants, config_path=config)["include"]),
+        arm_platform=ARM_PLATFORM,
+        arm_runner=ARM_RUNNER,
+        arm_count=len(arm),
+        arm_variant_keys=list(arm[0].variant_keys()) if arm else [],
+        arm_include=_yaml_list(github_matrix(arm, config_path=config)["include"]),
+        arm_key_lines=[f'"{k}": {hosts}' for k, hosts in
+                       dict.fromkeys((runner_key(v), _arm_hosts(v)) for v in arm)],
     )
     locks = _env().get_template(LOCKS_FILE.name).render(**common, include=_yaml_list(env_cuda(facts, variants)),
                                                          conda_lock_spec=CONDA_LOCK_SPEC)
@@ -185,7 +214,9 @@ def check_workflows(root: Path) -> str:
     expected = render(root)
     _raise_first(drift(root, expected))
     jobs = len(load_matrix(load(), Path(root) / CONFIG_FILE))
-    return (f"{BUILD_FILE.name} ({jobs} build and {jobs} test jobs) and {LOCKS_FILE.name} match {CONFIG_FILE} "
+    arm = len(load_matrix(load(), Path(root) / CONFIG_FILE, ARM_PLATFORM))
+    cross = f"; {arm} {ARM_PLATFORM} build (cross-compiled) and {arm} test jobs" if arm else ""
+    return (f"{BUILD_FILE.name} ({jobs} build and {jobs} test jobs{cross}) and {LOCKS_FILE.name} match {CONFIG_FILE} "
             f"(digest {config_digest(Path(root) / CONFIG_FILE)})")
 
 
