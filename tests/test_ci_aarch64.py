@@ -176,3 +176,20 @@ def test_the_test_step_takes_the_package_of_its_subdir(tmp_path, doc):
     with pytest.raises(RuntimeError) as failed:
         ci_steps.run_steps(steps, env=_env(tmp_path, MMSTACK_SUBDIR=subdir), log=lambda _msg: None, timeout=300)
     assert f"{out}/{ARM}/mmcv-*.conda does not exist" in str(failed.value), str(failed.value)[-2000:]
+
+
+def test_the_release_total_counts_the_aarch64_rows_once_as_an_estimate(arm_matrix):
+    """CI builds the aarch64 rows, so a release's CPU-hours include them: at linux-64's measured CPU-s
+    per kind (labelled an estimate), the noarch packages counted once; a platform without rows adds nothing."""
+    from mmstack.variants import ci_cost
+
+    linux64 = variants.load_matrix(load(), CONFIG)
+    total = ci_cost.release_total(linux64, {ARM: arm_matrix, "linux-ppc64le": []})
+    costs = ci_cost.load_costs()
+    rows = sum(costs.seconds(ci_cost.kind_of(v)) for v in arm_matrix) / 3600
+    assert list(total.estimated) == [ARM]
+    assert total.hours == pytest.approx(ci_cost.release_cost(linux64).hours + rows)
+    assert total.variants == len(linux64) + len(arm_matrix)
+    doc = total.as_dict()
+    assert doc[ARM]["cpu_hours"] == round(rows, 1) and "no linux-aarch64 build has been timed" in doc[ARM]["estimate"]
+    assert doc["linux-64"] == ci_cost.release_cost(linux64).as_dict()

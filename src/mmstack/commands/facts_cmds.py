@@ -232,15 +232,22 @@ def run_matrix(*, fmt: str, config: Path, target_platform: str = variants.PLATFO
              for v in matrix],
             title=f"{len(matrix)} variants from {config}" + ("" if target_platform == variants.PLATFORM else f" for {target_platform}"),
         )
-        cost = ci_cost.release_cost(matrix)
         if target_platform != variants.PLATFORM:
-            print(f"CI builds no {target_platform} rows yet (no jobs generated for them; docs/variants.md); at the linux-64 "
-                  f"builds' measured CPU-s per kind ({ci_cost.COSTS_FILE}; no {target_platform} build has been timed) "
-                  f"these {cost.variants} rows would take about {cost.hours - cost.noarch_hours:.1f} CPU-hours")
+            cost = ci_cost.release_cost(matrix)
+            print(f"CI cross-compiles these {cost.variants} rows on {variants.PLATFORM} (build.yml's build_aarch64 jobs): "
+                  f"about {cost.rows_hours:.1f} CPU-hours per release, an estimate at the {variants.PLATFORM} builds' "
+                  f"measured CPU-s per kind ({ci_cost.COSTS_FILE}; no {target_platform} build has been timed); "
+                  "`mmstack matrix` prints the release total they are part of")
             return 0
+        others = {p: variants.load_matrix(load(), config, p) for p in variants.PLATFORMS if p != variants.PLATFORM}
+        total = ci_cost.release_total(matrix, others)
+        cost = total.measured
         per_pt = ", ".join(f"pytorch {torch_facts.label(k)} {h:.1f}" for k, h in cost.by_pytorch.items())
-        print(f"CI build cost per release: {cost.hours:.1f} CPU-hours for {cost.variants} variants ({per_pt}; "
-              f"noarch {cost.noarch_hours * 3600:.0f} CPU-s), from the measured builds in {ci_cost.COSTS_FILE}")
+        parts = [f"{variants.PLATFORM} {cost.hours:.1f} for {cost.variants} variants ({per_pt}; noarch "
+                 f"{cost.noarch_hours * 3600:.0f} CPU-s), from the measured builds in {ci_cost.COSTS_FILE}"]
+        parts += [f"{p} {c.rows_hours:.1f} for {c.variants} variants, an estimate at {variants.PLATFORM}'s measured "
+                  f"CPU-s per kind (cross-compiled; no {p} build has been timed)" for p, c in total.estimated.items()]
+        print(f"CI build cost per release: {total.hours:.1f} CPU-hours for {total.variants} variants: {'; '.join(parts)}")
     return 0
 
 
