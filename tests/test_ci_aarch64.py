@@ -193,3 +193,26 @@ def test_the_release_total_counts_the_aarch64_rows_once_as_an_estimate(arm_matri
     doc = total.as_dict()
     assert doc[ARM]["cpu_hours"] == round(rows, 1) and "no linux-aarch64 build has been timed" in doc[ARM]["estimate"]
     assert doc["linux-64"] == ci_cost.release_cost(linux64).as_dict()
+
+
+def test_the_channel_page_says_an_aarch64_package_is_for_no_linux64_generation(tmp_path):
+    """The channel job's page (`mmstack channel page`) over a channel holding both subdirs: a
+    linux-aarch64 mmcv is not predicted to run in the linux-64 generation environments (an x86 H100
+    cannot install it), its cells say why; the linux-64 build of the same row is judged by its fatbin."""
+    from mmstack.builder import page
+    from mmstack_lab.standin import fake_channel
+
+    pkgs = [fake_channel.Pkg("mmcv", "2.2.0", "cuda130_sm90_py311", subdir=sub, depends=("python >=3.11",))
+            for sub in ("linux-64", ARM)]
+    pkgs.append(fake_channel.Pkg("mmstack", "0.1.0", "pyh", subdir="noarch", noarch="python"))
+    channel = fake_channel.build_channel(tmp_path / "channel", pkgs)
+    data = page.page_data(channel, load(), solve_channels=None)
+    rows = {r["subdir"]: r for r in data["packages"]}
+    envs = {g.env for g in load().generation if g.is_gpu}
+    assert set(rows["linux-64"]["cells"]) == set(rows[ARM]["cells"]) == envs
+    assert all(c["why"] != f"a {ARM} build; the {env} environment is linux-64" for env, c in rows["linux-64"]["cells"].items())
+    for env, cell in rows[ARM]["cells"].items():
+        assert (cell["state"], cell["why"]) == ("no", f"a {ARM} build; the {env} environment is linux-64"), env
+    assert "cells" not in rows["noarch"]
+    html = page.render(data)  # the page's table takes the row as any other
+    assert f'data-env="h100" data-state="no"><b>no</b><small>a {ARM} build; the h100 environment is linux-64' in html

@@ -53,8 +53,11 @@ def packages(channel: Path) -> list[Pkg]:
     return sorted(out, key=lambda p: (p.subdir != "linux-64", p.name, p.build))
 
 
-def _cell(facts: Facts, gen, code: dict, tested_on: list[dict]) -> dict:
-    """One package on one generation: tested (a receipt on that GPU), predicted, or no (why)."""
+def _cell(facts: Facts, gen, code: dict, tested_on: list[dict], subdir: str = "linux-64") -> dict:
+    """One package on one generation: tested (a receipt on that GPU), predicted, or no (why). A
+    package of another platform than the generation's environment (a linux-aarch64 build) is no."""
+    if subdir != gen.platform:
+        return {"state": "no", "text": "no", "why": f"a {subdir} build; the {gen.env} environment is {gen.platform}"}
     sm = parse_arch(gen.compute_capability).sm
     if tested_on:
         m = tested_on[0]
@@ -166,9 +169,9 @@ def page_data(channel: Path, facts: Facts, *, solve_channels: list[str] | None, 
             [f"glibc ≥ {code['glibc']}"] if code["glibc"] else []) + [
             f"receipt: {state}" + (f" ({doc['machine']['summary']})" if doc else "")]
         row["note"] = "; ".join(notes)
-        if p.subdir != "noarch":  # a generation's environment is of one platform (linux-aarch64 has none yet)
-            row["cells"] = {g.env: _cell(facts, g, code, [t for t in tested if t["env"] == g.env])
-                            for g in gens if g.platform == p.subdir}
+        if p.subdir != "noarch":
+            row["cells"] = {g.env: _cell(facts, g, code, [t for t in tested if t["env"] == g.env], p.subdir)
+                            for g in gens}
         rows.append(row)
     try:
         mmstack_version = version("mmstack")
