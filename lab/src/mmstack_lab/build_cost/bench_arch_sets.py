@@ -95,8 +95,8 @@ def main() -> int:
             return 2
         configs = {k: v for k, v in configs.items() if k == "per-gen" or k in args.config}
     results: dict = {"per_gen": args.per_gen, "fat": args.fat, "units": {}}
-    with tempfile.TemporaryDirectory(prefix="mmstack-arch-bench-") as tmp:
-        tmp = Path(tmp)
+    with tempfile.TemporaryDirectory(prefix="mmstack-arch-bench-") as tmp_name:
+        tmp = Path(tmp_name)
         with tarfile.open(args.sdist) as tar:
             tar.extractall(tmp, filter="data")
         root = next(tmp.glob("mmcv-*")) / "mmcv" / "ops" / "csrc"

@@ -106,8 +106,8 @@ def build(name: str, pristine: Path, work: Path, env: dict, ccache: str, log: Pa
                             stderr=subprocess.STDOUT).returncode
     wall, cpu = time.perf_counter() - t0, _cpu_children() - cpu0
     ninja = next(src.rglob("build.ninja"), None)
-    wrapped = bool(ninja) and any(line.startswith(("cxx = ", "nvcc = ")) and "ccache" in line
-                                  for line in ninja.read_text().splitlines())
+    wrapped = ninja is not None and any(line.startswith(("cxx = ", "nvcc = ")) and "ccache" in line
+                                        for line in ninja.read_text().splitlines())
     return {"build": name, "rc": rc, "wall_s": round(wall, 1), "cpu_s": round(cpu, 1),
             "ccache": _delta(ccache_stats(ccache, env), before), "compiler_wrapped_by_ccache": wrapped,
             "ext_sha256": ext_sha256(target)}

@@ -51,6 +51,7 @@ def ext_digests(conda: Path) -> dict | None:
     seen to differ in the build-id alone; what the linker hashed differently is not established)."""
     import zstandard
     from elftools.elf.elffile import ELFFile
+    from elftools.elf.sections import NoteSection
 
     with zipfile.ZipFile(conda) as z:
         for name in z.namelist():
@@ -59,7 +60,10 @@ def ext_digests(conda: Path) -> dict | None:
                 with tarfile.open(fileobj=raw, mode="r|") as tar:
                     for m in tar:
                         if "/mmcv/_ext" in m.name and m.name.endswith(".so"):
-                            data = bytearray(tar.extractfile(m).read())
+                            member = tar.extractfile(m)
+                            if member is None:
+                                raise ValueError(f"{conda}: {m.name} is not a regular file in the package")
+                            data = bytearray(member.read())
                             break
                     else:
                         return None
@@ -69,7 +73,7 @@ def ext_digests(conda: Path) -> dict | None:
     full = hashlib.sha256(data).hexdigest()
     build_id = None
     section = ELFFile(io.BytesIO(bytes(data))).get_section_by_name(".note.gnu.build-id")
-    if section is not None:
+    if isinstance(section, NoteSection):
         for note in section.iter_notes():
             if note["n_type"] == "NT_GNU_BUILD_ID":
                 build_id = note["n_desc"]

@@ -44,7 +44,10 @@ def sizes(conda: Path) -> dict:
     with tarfile.open(fileobj=io.BytesIO(raw)) as tar:
         members = tar.getmembers()
         (ext,) = [m for m in members if Path(m.name).name.startswith("_ext.") and m.name.endswith(".so")]
-        data = tar.extractfile(ext).read()
+        member = tar.extractfile(ext)
+        if member is None:
+            raise ValueError(f"{conda}: {ext.name} is not a regular file in the package")
+        data = member.read()
     with tempfile.TemporaryDirectory() as tmp:
         so = Path(tmp) / "_ext.so"
         so.write_bytes(data)

@@ -30,18 +30,19 @@ def main() -> None:
     args = ap.parse_args()
     rows = units(args.log)
     durations = [r[3] for r in rows]
+    longest = [{"unit": Path(r[0]).name, "s": round(r[3], 1)} for r in rows[: args.top]]
     data = {
         "units": len(rows),
         "unit_cpu_s": round(sum(durations), 1),
         "mean_s": round(statistics.mean(durations), 1) if durations else 0,
         "span_s": round(max(r[2] for r in rows) - min(r[1] for r in rows), 1) if rows else 0,
-        "longest": [{"unit": Path(r[0]).name, "s": round(r[3], 1)} for r in rows[: args.top]],
+        "longest": longest,
     }
     if args.json:
         print(json.dumps(data, indent=2))
     else:
         print(f"{data['units']} units, {data['unit_cpu_s']} unit-seconds, mean {data['mean_s']} s, span {data['span_s']} s")
-        for u in data["longest"]:
+        for u in longest:
             print(f"  {u['s']:8.1f} s  {u['unit']}")
 
 

@@ -169,7 +169,9 @@ def measure(device: str, iters: int, rounds: int, skip: int) -> dict:
             t = LOOPS[name](device, iters)[skip:]
             times[name] += t
             per_round[name].append(statistics.median(t) * 1e3)
-    loops = {name: {"median_ms": statistics.median(t) * 1e3, "mean_ms": statistics.fmean(t) * 1e3,
+    stat = {"median_ms": {name: statistics.median(t) * 1e3 for name, t in times.items()},
+            "mean_ms": {name: statistics.fmean(t) * 1e3 for name, t in times.items()}}
+    loops = {name: {"median_ms": stat["median_ms"][name], "mean_ms": stat["mean_ms"][name],
                     "per_round_median_ms": per_round[name], "iterations": len(t)} for name, t in times.items()}
     return {
         "what": "per-iteration time of one tiny model's train_step: bare loop, DataLoader loop, mmengine Runner "
@@ -180,8 +182,8 @@ def measure(device: str, iters: int, rounds: int, skip: int) -> dict:
         "versions": {"python": platform.python_version(), "torch": torch.__version__, "mmengine": mmengine.__version__},
         "iters": iters, "rounds": rounds, "skip": skip,
         "loops": loops,
-        "hooks_and_logging_ms": {k: loops["runner"][k] - loops["loader"][k] for k in ("median_ms", "mean_ms")},
-        "loading_ms": {k: loops["loader"][k] - loops["bare"][k] for k in ("median_ms", "mean_ms")},
+        "hooks_and_logging_ms": {k: stat[k]["runner"] - stat[k]["loader"] for k in stat},
+        "loading_ms": {k: stat[k]["loader"] - stat[k]["bare"] for k in stat},
     }
 
 

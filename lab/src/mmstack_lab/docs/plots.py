@@ -82,8 +82,8 @@ def unit_spans(units_json: Path, log: Path) -> list[tuple[str, float, float]]:
         times = sorted(measured.get(name, []), reverse=True)
         if len(times) != len(paths):
             raise ValueError(f"{units_json}: {len(times)} times for {name}, the log has {len(paths)} units")
-        for path, t in zip(sorted(paths, key=lambda p: ("/cuda/" not in p, p)), times, strict=True):
-            duration[path] = t
+        for path, seconds in zip(sorted(paths, key=lambda p: ("/cuda/" not in p, p)), times, strict=True):
+            duration[path] = seconds
     spans = [(path, end - duration[path], end) for path, end in ends]
     t0 = min(s for _, s, _ in spans)
     return [(p, s - t0, e - t0) for p, s, e in spans]

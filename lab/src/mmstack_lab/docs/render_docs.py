@@ -92,7 +92,7 @@ def render_text(text: str, where: str = "doc") -> str:
 def _gpus_md() -> str:
     from mmstack_lab.arch import package_coverage  # the facts-derived coverage tables
 
-    return package_coverage.render(load("cpu-dev/package_coverage.json"))  # type: ignore[arg-type]
+    return package_coverage.render(load("cpu-dev/package_coverage.json"))
 
 
 # Docs generated whole (no hand-written prose between markers): file name -> its render.

@@ -3,6 +3,10 @@
 A path is dotted keys and list indices into one JSON document ("ops", "median.total_s",
 "levels.3.seconds"); a format is a str.format spec or a function of the value. A missing value
 renders as "-", never as a guess. `RESULTS` is read at each call (tests point it at a copy).
+
+A JSON result is a `Doc`: a JSON object whose values are whatever JSON holds (typed `Any`, as
+`json.loads` types them: the table that reads a field is where its shape is known). Text results
+(a tool's raw output) are read with `load_text`.
 """
 
 from __future__ import annotations
@@ -10,20 +14,31 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from mmstack_lab.paths import RESULTS
 
 MISSING = "-"
 
-Format = str | Callable[[object], str]
+Format = str | Callable[[Any], str]
+Doc = dict[str, Any]
+# what a table's builder returns: (header, rows)
+Body = tuple[list[str], Sequence[Sequence[object]]]
 
 
 # -- reading results -------------------------------------------------------------------------------
 
-def load(rel: str) -> object:
-    """A result file: JSON, or for .txt the text (the H200 run's raw tool output)."""
-    path = RESULTS / rel
-    return json.loads(path.read_text()) if path.suffix == ".json" else path.read_text()
+def load(rel: str) -> Doc:
+    """A JSON result (every result file is one JSON object); ValueError where the file is not one."""
+    doc = json.loads((RESULTS / rel).read_text())
+    if not isinstance(doc, dict):
+        raise ValueError(f"lab/results/{rel}: a result file holds one JSON object, this one holds a {type(doc).__name__}")
+    return doc
+
+
+def load_text(rel: str) -> str:
+    """A text result (a tool's raw output, e.g. the H200 run's machine.txt)."""
+    return (RESULTS / rel).read_text()
 
 
 def get(doc: object, path: str) -> object:
@@ -62,19 +77,29 @@ def markdown(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
 
 @dataclass(frozen=True)
 class Table:
-    """One row per element of `rows` (a path into the first source) or, without it, one per source."""
+    """One row per element of `rows` (a path into the first source) or, without it, one per source.
+
+    `build` gets the JSON sources' documents in their order; a text source (not .json) is read to
+    make sure it is there and is named in the Source line, not passed."""
 
     sources: list[str]
     columns: list[tuple[str, str, Format]] = field(default_factory=list)
     rows: str | None = None
-    build: Callable[[list[object]], tuple[list[str], list[list[object]]]] | None = None
+    build: Callable[[list[Doc]], Body] | None = None
 
     def render(self) -> str:
-        docs = [load(s) for s in self.sources]
+        docs = [load(s) for s in self.sources if s.endswith(".json")]
+        for s in self.sources:
+            if not s.endswith(".json"):
+                load_text(s)
+        body: Sequence[Sequence[object]]
         if self.build is not None:
             header, body = self.build(docs)
         else:
-            items = (get(docs[0], self.rows) or []) if self.rows else docs
+            found = get(docs[0], self.rows) if self.rows else docs
+            if not isinstance(found, list | None):
+                raise ValueError(f"lab/results/{self.sources[0]}: {self.rows!r} is a {type(found).__name__}, not a list of rows")
+            items = found or []
             header = [c[0] for c in self.columns]
             body = [[fmt(get(item, path), spec) for _, path, spec in self.columns] for item in items]
         where = ", ".join(f"`lab/results/{s}`" for s in dict.fromkeys(self.sources))
@@ -86,7 +111,7 @@ class Value:
     source: str
     path: str = ""
     spec: Format = "{}"
-    compute: Callable[[object], object] | None = None
+    compute: Callable[[Doc], object] | None = None
 
     def render(self) -> str:
         doc = load(self.source)

@@ -17,10 +17,15 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable
+from functools import partial
+from typing import TYPE_CHECKING
 
 from mmstack_lab.docs import results
-from mmstack_lab.docs.results import MISSING, Plot, Table, Value, fmt, get, load, plots_module
+from mmstack_lab.docs.results import MISSING, Body, Doc, Plot, Table, Value, fmt, get, load, load_text, plots_module
 from mmstack_lab.paths import ROOT
+
+if TYPE_CHECKING:
+    from mmstack.variants.ci_cost import Costs
 
 # -- build.sh outside conda on the H200 (lab/results/h200/run1-before-fix, run2-fixed) ------------------------------------------------------------------------
 
@@ -31,12 +36,12 @@ def _mb(x) -> str:
     return f"{x / 1e6:.1f} MB"
 
 
-def _h200_machine(_docs) -> tuple[list[str], list[list[object]]]:
+def _h200_machine(_docs: list[Doc]) -> Body:
     rows = []
     for run, d in H200.items():
         fp = load(f"{d}/doctor_sm90.json")["fingerprint"]
         gpu = (fp.get("gpus") or [{}])[0]
-        cores = load(f"{d}/machine.txt").splitlines()[5].strip()
+        cores = load_text(f"{d}/machine.txt").splitlines()[5].strip()
         rows.append([run, f"{gpu.get('name')} (sm {gpu.get('compute_capability')})", fp.get("driver"),
                      f"{get(fp, 'torch.torch_version')} (CUDA {get(fp, 'torch.torch_cuda')})",
                      get(fp, "nvcc.version"), get(fp, "gcc.version"), get(fp, "python.version"), cores,
@@ -44,7 +49,7 @@ def _h200_machine(_docs) -> tuple[list[str], list[list[object]]]:
     return ["run", "GPU", "driver", "torch", "nvcc", "gcc", "python", "cores", "OS"], rows
 
 
-def _h200_build(_docs) -> tuple[list[str], list[list[object]]]:
+def _h200_build(_docs: list[Doc]) -> Body:
     runs = {run: (load(f"{d}/build_time_sm90.json"), load(f"{d}/units_sm90.json")) for run, d in H200.items()}
 
     def row(label, f):
@@ -71,10 +76,10 @@ def _h200_build(_docs) -> tuple[list[str], list[list[object]]]:
 
 
 def _cores() -> int:
-    return int(load("h200/run2-fixed/machine.txt").splitlines()[5].strip())
+    return int(load_text("h200/run2-fixed/machine.txt").splitlines()[5].strip())
 
 
-def _h200_size(_docs) -> tuple[list[str], list[list[object]]]:
+def _h200_size(_docs: list[Doc]) -> Body:
     rows = []
     for run, d in H200.items():
         size_file = results.RESULTS / d / "size_sm90.txt"
@@ -83,14 +88,14 @@ def _h200_size(_docs) -> tuple[list[str], list[list[object]]]:
         sass = [e for e in f["entries"] if e["kind"] == "sass"]
         ptx = [e for e in f["entries"] if e["kind"] == "ptx"]
         archs = ", ".join(sorted({e["arch"] for e in sass}))
-        cubins = load(f"{d}/cuobjdump_sm90.txt").split()
+        cubins = load_text(f"{d}/cuobjdump_sm90.txt").split()
         rows.append([run, size, f"{len(sass)} × sm_{archs.replace('.', '')}", len(ptx),
                      _mb(sum(e["size"] for e in sass)), "yes" if f.get("compressed") else "no",
                      f"{cubins[0]} × {cubins[1]}"])
     return ["run", "`_ext.so`", "SASS (mmstack fatbin)", "PTX", "SASS stored", "compressed", "cuobjdump --list-elf"], rows
 
 
-def _h200_ops(_docs) -> tuple[list[str], list[list[object]]]:
+def _h200_ops(_docs: list[Doc]) -> Body:
     r1, r2 = (load(f"{d}/ops_sm90.json")["ops"] for d in H200.values())
     rows = []
     for a, b in zip(r1, r2, strict=True):
@@ -104,7 +109,7 @@ def _h200_ops(_docs) -> tuple[list[str], list[list[object]]]:
             "run 1 torchvision µs", "largest run 1 vs run 2 difference"], rows
 
 
-def _h200_l4(docs) -> tuple[list[str], list[list[object]]]:
+def _h200_l4(docs: list[Doc]) -> Body:
     level = next(lv for lv in docs[0]["levels"] if lv["level"] == "L4")
     ev = level["evidence"]
     rows = []
@@ -121,7 +126,7 @@ def _diff(v, absent=MISSING) -> str:
     return f"{v:.2g}" if isinstance(v, float) else str(v)
 
 
-def _h200_ladder(_docs) -> tuple[list[str], list[list[object]]]:
+def _h200_ladder(_docs: list[Doc]) -> Body:
     runs = {run: load(f"{d}/verify_sm90.json") for run, d in H200.items()}
     levels = [lv["level"] for lv in next(iter(runs.values()))["levels"]]
     body = []
@@ -139,7 +144,7 @@ def _losses(first, last) -> str:
     return f"{first:.3g} → {last:.3g}"
 
 
-def _h200_detector(docs) -> tuple[list[str], list[list[object]]]:
+def _h200_detector(docs: list[Doc]) -> Body:
     d = docs[0]
     rows = []
     for name, r in d["results"].items():
@@ -154,7 +159,7 @@ def _h200_detector(docs) -> tuple[list[str], list[list[object]]]:
     return header, rows
 
 
-def _dist1(docs) -> tuple[list[str], list[list[object]]]:
+def _dist1(docs: list[Doc]) -> Body:
     d = docs[0]
     ev = d.get("evidence", {})
     rows = [[d["status"], f"{d['backend']} × {d['world_size']} ({ev.get('device')})", len(d["losses"]),
@@ -180,7 +185,7 @@ def _upstream(b: dict) -> str:
             f"{c['skipped']} skipped ({docs[0]['seconds']:.0f} s)")
 
 
-def _recipe_builds(docs) -> tuple[list[str], list[list[object]]]:
+def _recipe_builds(docs: list[Doc]) -> Body:
     """The recipe's own CUDA builds on the H200 (issue 16): build cost, sandbox tests, landed or not."""
     rows = []
     for d, tag, b in ((doc, tag, b) for doc in docs for tag, b in doc["builds"].items()):
@@ -206,7 +211,7 @@ def _recipe_builds(docs) -> tuple[list[str], list[list[object]]]:
             "sandbox test", "sandbox ladder on the GPU", "upstream tests in the sandbox", "landed in the channel"], rows
 
 
-def _recipe_prefix(docs) -> tuple[list[str], list[list[object]]]:
+def _recipe_prefix(docs: list[Doc]) -> Body:
     """The ladder in a prefix installed from the channel with py-rattler."""
     rows = []
     for tag, r in (docs[0].get("installed_prefix_ladder") or {}).items():
@@ -226,13 +231,16 @@ def _ladder_ops():
     """verify/_ladder_ops.py, loaded by path as the ladder's child loads it (stdlib at import)."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("_ladder_ops_docs", ROOT / "src/mmstack/verify/_ladder_ops.py")
+    path = ROOT / "src/mmstack/verify/_ladder_ops.py"
+    spec = importlib.util.spec_from_file_location("_ladder_ops_docs", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"{path}: not a loadable Python file")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
 
 
-def _nms_anatomy(docs) -> tuple[list[str], list[list[object]]]:
+def _nms_anatomy(docs: list[Doc]) -> Body:
     """mmcv's CUDA nms step by step (released and patched kernels) beside torchvision's."""
     us = lambda r, k: fmt((r.get(k) or {}).get("median_us"), "{:,.0f}")  # noqa: E731
     rows = [[f"{r['n']:,}", f"{r['kept']:,}", us(r, "torchvision_nms"), us(r, "released_launcher"),
@@ -245,7 +253,7 @@ def _nms_anatomy(docs) -> tuple[list[str], list[list[object]]]:
             "tv / mmcv", "tv / patched"], rows
 
 
-def _l4_vs_upstream(docs) -> tuple[list[str], list[list[object]]]:
+def _l4_vs_upstream(docs: list[Doc]) -> Body:
     """L4 complete on the H200, per op: what it compared with, and upstream's test of the same op."""
     ops = _ladder_ops()
     cuda_only = {entry[0]: entry[2] for entry in ops.CHECKS}
@@ -260,7 +268,7 @@ def _l4_vs_upstream(docs) -> tuple[list[str], list[list[object]]]:
     return ["op", "CUDA-only", "H200 status", "ran on", "compared with", "max error", "upstream test"], rows
 
 
-def _ccache_table(docs, same: Callable[[dict, dict], str], same_header: str) -> tuple[list[str], list[list[object]]]:
+def _ccache_table(docs: list[Doc], same: Callable[[dict, dict], str], same_header: str) -> Body:
     """A cold build and its rebuilds through ccache: cost, hits and misses, and `same(build, cold)`."""
     d = docs[0]
     cold = next(b for b in d["builds"] if b["build"] == "cold")
@@ -273,13 +281,13 @@ def _ccache_table(docs, same: Callable[[dict, dict], str], same_header: str) -> 
     return ["build", "wall", "CPU", "wall / cold", "ccache hits", "ccache misses", same_header], rows
 
 
-def _ccache_rebuild(docs) -> tuple[list[str], list[list[object]]]:
+def _ccache_rebuild(docs: list[Doc]) -> Body:
     """ccache_rebuild.py: build.sh cold, warm in a new directory, and with one flag changed."""
     return _ccache_table(docs, lambda b, cold: "yes" if b["ext_sha256"] == cold["ext_sha256"] else "no",
                          "_ext same as cold")
 
 
-def _ccache_recipe(docs) -> tuple[list[str], list[list[object]]]:
+def _ccache_recipe(docs: list[Doc]) -> Body:
     """ccache_recipe.py: the recipe built through rattler-build twice with the CI's ccache wrapper."""
     def same(b, cold):
         ext, ref = b["ext"], cold["ext"]
@@ -290,7 +298,7 @@ def _ccache_recipe(docs) -> tuple[list[str], list[list[object]]]:
     return _ccache_table(docs, same, "packaged `_ext` same as cold")
 
 
-def _ops_full(docs) -> tuple[list[str], list[list[object]]]:
+def _ops_full(docs: list[Doc]) -> Body:
     """bench_ops.py --full on the recipe's package: every op torchvision also has, fp32 and fp16;
     with a second source, that earlier package's ratio beside each row."""
     before = {(o["op"], o["shape"], o["dtype"], o["pass"]): o for o in docs[1]["ops"]} if len(docs) > 1 else None
@@ -312,7 +320,7 @@ _P11 = "0011-deform-conv-half-backward-in-float"
 _P12 = "0012-batched-nms-cuda-one-pass-to-20k"
 
 
-def _detector_batches(docs) -> tuple[list[str], list[list[object]]]:
+def _detector_batches(docs: list[Doc]) -> Body:
     """bench_detector.py at batch 2, 8 and 16: mmdet's Faster R-CNN against torchvision's matched one;
     with three more sources (an earlier package's runs), its ratio beside each row."""
     now, before = docs[:len(_BATCHES)], docs[len(_BATCHES):]
@@ -354,7 +362,7 @@ def _retime_ratio(doc) -> tuple[float, list[float], float, float]:
             mm["iters_per_s"], tv["iters_per_s"])
 
 
-def _detector_retime(docs) -> tuple[list[str], list[list[object]]]:
+def _detector_retime(docs: list[Doc]) -> Body:
     """bench_detector.py timed again: sequential (each side's timings in one block) and paired
     (ABBA-alternating timings in one process), on two machines."""
     rows = []
@@ -389,7 +397,7 @@ def against_goal(ci: list[float] | None, goal: float = DETECTOR_GOAL) -> str:
     return f"not resolved (interval spans {goal})"
 
 
-def _detector_processes(docs) -> tuple[list[str], list[list[object]]]:
+def _detector_processes(docs: list[Doc]) -> Body:
     """bench_detector.py --processes: each side timed in fresh child processes, ABBA pairs; the
     median of the pair ratios with its distribution-free 95% interval, against the issue's goal
     (which is about the GPU: a CPU row gets no verdict)."""
@@ -419,7 +427,7 @@ def _stage(doc, side: str, stage: str) -> dict:
     return doc["frameworks"][side]["stages"][stage]
 
 
-def _detector_ops(docs) -> tuple[list[str], list[list[object]]]:
+def _detector_ops(docs: list[Doc]) -> Body:
     """detector_ops.py: per stage, the ops each side dispatches (views left out) and those the host
     would wait on under CUDA, at each batch size; mmdet's rpn.loss holds its rpn.targets."""
     rows = []
@@ -435,7 +443,7 @@ def _detector_ops(docs) -> tuple[list[str], list[list[object]]]:
             "torchvision host waits"], rows
 
 
-def _patch_ab_times(docs) -> tuple[list[str], list[list[object]]]:
+def _patch_ab_times(docs: list[Doc]) -> Body:
     """patch_ab.py: an op's time released and patched (medians of the rounds), torchvision beside it."""
     rows = []
     for r in docs[0]["times"]:
@@ -444,7 +452,7 @@ def _patch_ab_times(docs) -> tuple[list[str], list[list[object]]]:
     return ["op", "shape", "dtype", "pass", "released µs", "patched µs", "patched / released", "torchvision / patched"], rows
 
 
-def _patch_ab_grads(docs) -> tuple[list[str], list[list[object]]]:
+def _patch_ab_grads(docs: list[Doc]) -> Body:
     """patch_ab.py: each input's gradient against the same computation in float64 (results from before
     patch_ab named the op and the input hold roi_align's input gradient)."""
     g = docs[0]["grads"]
@@ -457,7 +465,7 @@ def _patch_ab_grads(docs) -> tuple[list[str], list[list[object]]]:
             "largest gradient"], rows
 
 
-def _patch_ab_detector(docs) -> tuple[list[str], list[list[object]]]:
+def _patch_ab_detector(docs: list[Doc]) -> Body:
     """patch_ab.py --detector: mmdet's it/s with each patch reversed (released) and applied (patched)."""
     rows = []
     for d in docs:
@@ -477,7 +485,7 @@ _SEAMS = {"rpn": ("rpn.targets", "rpn.loss", "rpn.proposals"),
           "roi": ("roi.targets", "roi.features", "roi.head", "roi.loss")}
 
 
-def _detector_stages(docs) -> tuple[list[str], list[list[object]]]:
+def _detector_stages(docs: list[Doc]) -> Body:
     """detector_stages.py: one iteration's GPU time per stage (CUDA events), mmdet and torchvision."""
     rows = []
     for bs, d in zip(_BATCHES, docs, strict=True):
@@ -493,7 +501,7 @@ def _detector_stages(docs) -> tuple[list[str], list[list[object]]]:
     return ["batch", "stage", "mmdet ms", "torchvision ms", "mmdet - tv ms", "share of the gap"], rows
 
 
-def _ladder_bench(docs) -> tuple[list[str], list[list[object]]]:
+def _ladder_bench(docs: list[Doc]) -> Body:
     """bench_ladder.py: the ladder against a bare `import mmcv.ops` + one op, medians of one run."""
     d = docs[0]
     med, ratio = d["median"], d["ratio"]
@@ -509,7 +517,7 @@ def _ladder_bench(docs) -> tuple[list[str], list[list[object]]]:
     return ["run", "runs", "median", "× bare", "× bare without interpreter shutdown", "interpreters (max)"], rows
 
 
-def _arch_sets(docs) -> tuple[list[str], list[list[object]]]:
+def _arch_sets(docs: list[Doc]) -> Body:
     d = docs[0]
     names = {"per-gen": f"per-gen `{d['per_gen']}`", "fat": "fat", "fat+thr": "fat `--threads 0`",
              "fat+cmp": "fat `-Xfatbin -compress-all`"}
@@ -521,7 +529,7 @@ def _arch_sets(docs) -> tuple[list[str], list[list[object]]]:
     return ["unit", "config", "runs", "wall s", "CPU s", "object", "wall vs per-gen", "size vs per-gen"], rows
 
 
-def _fat_vs_sm90(docs) -> tuple[list[str], list[list[object]]]:
+def _fat_vs_sm90(docs: list[Doc]) -> Body:
     """The recipe's fat build against its sm_90 build (issue 24 item 3): compile span against its
     parallel limit, the longest unit, the .conda size; docs: (sm_90 summary, fat summary)."""
     base = docs[0]["builds"]["sm90"]["packages"][0]["conda_bytes"]
@@ -542,7 +550,7 @@ FAT_VARIANTS = (("recipe-run7", "sm90", "conda_sizes_sm90.json"), ("recipe-run8"
                 ("recipe-fat1", "fat", None), ("recipe-fat3", "fat", "conda_sizes.json"), ("recipe-fat2", "fat", "conda_sizes.json"))
 
 
-def _fat_variants(docs) -> tuple[list[str], list[list[object]]]:
+def _fat_variants(docs: list[Doc]) -> Body:
     """The sm_90 and fat builds with the recipe's `-Xfatbin -compress-all` and with the flags a run
     added (NVCC_EXTRA): time, compile span, the .conda and its device code; docs: summaries then
     conda_sizes files, in FAT_VARIANTS order (those with one)."""
@@ -560,7 +568,7 @@ def _fat_variants(docs) -> tuple[list[str], list[list[object]]]:
             ".conda bytes", "device code (`.nv_fatbin`)", "upstream tests in the sandbox", "sandbox ladder on the GPU"], rows
 
 
-def _fatbin_compress(docs) -> tuple[list[str], list[list[object]]]:
+def _fatbin_compress(docs: list[Doc]) -> Body:
     """bench_arch_sets.py --config ...: the device code of a unit under each fatbin compression."""
     d = docs[0]
     names = {"per-gen": f"`{d['per_gen']}` uncompressed", "per-gen+cmp": f"`{d['per_gen']}` `-Xfatbin -compress-all` (recipe, CUDA 12)",
@@ -585,7 +593,7 @@ CURRENT_BUILDS = (("recipe-run9", "sm90"), ("recipe-fat2", "fat"), ("recipe-run5
 CURRENT_SIZES = (("recipe-run9", "conda_sizes_sm90.json"), ("recipe-fat2", "conda_sizes.json"))
 
 
-def _current_builds(docs) -> tuple[list[str], list[list[object]]]:
+def _current_builds(docs: list[Doc]) -> Body:
     """One row per CURRENT_BUILDS entry (docs: their summary.json files, in that order)."""
     rows = []
     for (run, tag), d in zip(CURRENT_BUILDS, docs, strict=True):
@@ -601,7 +609,7 @@ def _current_builds(docs) -> tuple[list[str], list[list[object]]]:
             "span / parallel limit", "sandbox tests", "cores"], rows
 
 
-def _current_sizes(docs) -> tuple[list[str], list[list[object]]]:
+def _current_sizes(docs: list[Doc]) -> Body:
     """One row per CURRENT_SIZES entry (docs: their conda_sizes files): where the package's bytes are."""
     base = docs[0]["packages"][0]["conda_bytes"]
     rows = []
@@ -619,7 +627,7 @@ def _current_sizes(docs) -> tuple[list[str], list[list[object]]]:
 CURRENT_LADDERS = (("recipe-run9", "sm90"), ("recipe-run5", "ptx"))
 
 
-def _current_ladders(docs) -> tuple[list[str], list[list[object]]]:
+def _current_ladders(docs: list[Doc]) -> Body:
     """`mmstack verify --expect-gpu --levels L1..L5` in a prefix installed from the channel: seconds per level."""
     rows = []
     for (run, tag), d in zip(CURRENT_LADDERS, docs, strict=True):
@@ -632,7 +640,7 @@ def _current_ladders(docs) -> tuple[list[str], list[list[object]]]:
     return ["build", "run", "L1", "L2", "L3", "L4", "L5", "all"], rows
 
 
-def _cpu_detector(docs) -> tuple[list[str], list[list[object]]]:
+def _cpu_detector(docs: list[Doc]) -> Body:
     d = docs[0]
     rows = []
     for r in d["result"]["results"]:
@@ -643,7 +651,7 @@ def _cpu_detector(docs) -> tuple[list[str], list[list[object]]]:
     return ["model", "deformable ops", "images", "iterations", "loss per iteration", "loss_cls", "L5", "it/s"], rows
 
 
-def _checkpoints(docs) -> tuple[list[str], list[list[object]]]:
+def _checkpoints(docs: list[Doc]) -> Body:
     """L6 (the checkpoint cycle), one row per model and phase: pass, its seconds, what it showed."""
     (level,) = docs[0]["levels"]
     rows = []
@@ -670,12 +678,19 @@ def _cost_sources() -> list[str]:
     return [r.result.removeprefix("lab/results/") for r in load_costs().cost]
 
 
-def _costs_from(docs):
+def _costs_from(docs: list[Doc]) -> Costs:
     """mmstack's cost rows with each number read from its committed result (not from the toml)."""
     from mmstack.variants.ci_cost import Costs, load_costs
 
     rows = load_costs().cost
-    return Costs(cost=tuple(r.model_copy(update={"cpu_s": float(get(d, r.field))}) for r, d in zip(rows, docs, strict=True)))
+    return Costs(cost=tuple(r.model_copy(update={"cpu_s": _seconds(d, r.result, r.field)}) for r, d in zip(rows, docs, strict=True)))
+
+
+def _seconds(doc: Doc, source: str, path: str) -> float:
+    value = get(doc, path)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{source}: {path} is {value!r}, not a number of seconds (data/build_costs.toml names it)")
+    return float(value)
 
 
 def _matrix():
@@ -685,7 +700,7 @@ def _matrix():
     return load_matrix(load_facts(), ROOT / CONFIG_FILE)
 
 
-def _ci_cost(docs) -> tuple[list[str], list[list[object]]]:
+def _ci_cost(docs: list[Doc]) -> Body:
     """Per pytorch row and kind of build: how many variants, the measured CPU seconds of one, the
     CPU-hours per release; then the release, and what per-generation builds for the pin would add."""
     from mmstack.facts.pytorch import load_pytorch
@@ -722,7 +737,7 @@ def _ci_variants(_doc) -> int:
     return len(_matrix())
 
 
-def _upstream_noarch(docs) -> tuple[list[str], list[list[object]]]:
+def _upstream_noarch(docs: list[Doc]) -> Body:
     """Per noarch recipe: upstream's tests in its test section (counts, skips with reasons, deselected, seconds)."""
     rows: list[list[object]] = []
     for pkg in docs[0]["packages"]:
@@ -879,6 +894,29 @@ def _size_projection(bench) -> float:
     return (host + (fat_conda - host) * ratio["fat"]) / (host + sizes["nv_fatbin_bytes"] * ratio["per-gen"])
 
 
+# Values made per loop item take the item first (functools.partial binds it) and the doc last.
+
+def _retime_value(design: str, bs: str, _doc: Doc) -> str:
+    return _retime_range(design, bs)
+
+
+def _retime_call3_mmdet(design: str, _doc: Doc) -> str:
+    return " and ".join(f"{_retime_ratio(load(f'{_RETIME}/{design}_bs8_{k}.json'))[2]:.2f}" for k in (1, 2))
+
+
+def _batched_nms_10k(key: str, doc: Doc) -> object:
+    return next(r for r in doc["times"] if r["op"] == "batched_nms" and r["shape"].startswith("10000 "))[key]
+
+
+def _ops_and_waits(stage: str, doc: Doc) -> str:
+    return "{} against {} ops, {} against {} host waits".format(
+        *(_stage(doc, side, stage)[k] for k in ("ops", "host_waits") for side in ("mmdet", "torchvision")))
+
+
+def _unit_cpu_over(base: str, _doc: Doc) -> float:
+    return _build(_FAT3)["compile"]["unit_cpu_s"] / _build(base)["compile"]["unit_cpu_s"]
+
+
 VALUES: dict[str, Value] = {
     "ci-cpu-hours": Value(_cost_sources()[0], spec="{:.1f}", compute=_ci_hours),
     "e2e-py313-passed": Value("cpu-dev/e2e_py313_cpu.json", "upstream_tests.counts.passed"),
@@ -899,29 +937,28 @@ VALUES: dict[str, Value] = {
                                         compute=lambda d: _op(d, "batched_nms", "10000 ")["ratio_tv_over_mmcv"]),
     "h200-nms-100-ratio": Value(f"{_R6}/ops_full_sm90.json", spec="{:.2f}",
                                 compute=lambda d: _op(d, "nms", "100 ")["ratio_tv_over_mmcv"]),
-    **{f"h200-retime-{design}-bs{bs}": Value(f"{_RETIME}/{f}", compute=lambda _d, design=design, bs=bs: _retime_range(design, bs))
+    **{f"h200-retime-{design}-bs{bs}": Value(f"{_RETIME}/{f}", compute=partial(_retime_value, design, bs))
        for design, bs, f in (("sequential", "2", "sequential_bs2_1.json"), ("sequential", "8", "sequential_bs8_1.json"),
                              ("paired", "8", "paired_bs8.json"))},
     "h200-retime-paired-range": Value(f"{_RETIME}/paired_bs2.json", compute=lambda _d: _range(
         _retime_ratio(load(f"{_RETIME}/{f}"))[0] for _, d, _b, f in _RETIME_RUNS if d == "paired")),
     "h200-r6-bs8-ratio": Value(f"{_R6}/detector_bs8_sm90.json", spec="{:.2f}", compute=lambda d: (
         d["results"]["mmdet"]["iters_per_s"] / d["results"]["torchvision-matched"]["iters_per_s"])),
-    **{f"h200-retime-call3-mmdet-{design}": Value(f"{_RETIME}/{design}_bs8_1.json", compute=lambda _d, design=design: " and ".join(
-        f"{_retime_ratio(load(f'{_RETIME}/{design}_bs8_{k}.json'))[2]:.2f}" for k in (1, 2))) for design in ("sequential", "paired")},
+    **{f"h200-retime-call3-mmdet-{design}": Value(f"{_RETIME}/{design}_bs8_1.json", compute=partial(_retime_call3_mmdet, design))
+       for design in ("sequential", "paired")},
     "h200-r6-stages-bs8": Value(f"{_R6}/stages_bs8_sm90.json", compute=lambda d: "{:.1f} against {:.1f} ms per iteration, {:.2f}".format(
         *(d["frameworks"][s]["stages"]["iteration"]["gpu_ms"] for s in ("mmdet", "torchvision")),
         d["frameworks"]["torchvision"]["stages"]["iteration"]["gpu_ms"] / d["frameworks"]["mmdet"]["stages"]["iteration"]["gpu_ms"])),
     "h200-retime-bs8-16-range": Value(f"{_RETIME}/paired_bs8.json", compute=lambda _d: _range(
         _retime_ratio(load(f"{_RETIME}/{f}"))[0] for _, _d2, b, f in _RETIME_RUNS if b in ("8", "16"))),
     **{f"h200-patchab-0012-{key.replace('_', '-')}": Value(f"h200/recipe-run9/patchab_mmcv-{_P12}.json", spec=spec,
-                                                            compute=lambda d, key=key: next(
-        r for r in d["times"] if r["op"] == "batched_nms" and r["shape"].startswith("10000 "))[key])
+                                                            compute=partial(_batched_nms_10k, key))
        for key, spec in (("patched_over_released", "{:.3f}"), ("torchvision_over_patched", "{:.1f}"),
                          ("released_median_us", "{:,.0f}"), ("patched_median_us", "{:,.0f}"))},
     "h200-patchab-0012-upstream": Value(f"h200/recipe-run9/patchab_mmcv-{_P12}.json", compute=_upstream_counts),
     "h200-run9-upstream": Value("h200/recipe-run9/summary.json", compute=lambda d: "{passed} passed, {failed} failed, {skipped} skipped".format(
         **next(t for t in d["builds"]["sm90"]["packages"][0]["test_results"] if t["kind"] == "upstream-tests")["counts"])),
-    **{f"cpu-runner-{name}": Value("cpu-dev/runner_overhead.json", spec="{:.3f}", compute=lambda d, key=key, stat=stat: d[key][stat])
+    **{f"cpu-runner-{name}": Value("cpu-dev/runner_overhead.json", f"{key}.{stat}", spec="{:.3f}")
        for name, key, stat in (("hooks-median", "hooks_and_logging_ms", "median_ms"), ("hooks-mean", "hooks_and_logging_ms", "mean_ms"),
                                ("loading", "loading_ms", "median_ms"))},
     "cpu-runner-cpu": Value("cpu-dev/runner_overhead.json", compute=lambda d: "{} ({}, mmengine {})".format(
@@ -943,8 +980,7 @@ VALUES: dict[str, Value] = {
     "cpu-ops-rpn-loss-beyond-targets": Value(_DETECTOR_OPS[1][1], compute=lambda _d: "{} and {} ops at batch 2 and 8 (torchvision's whole rpn.loss: {} and {})".format(
         *(f"{_stage(load(f), 'mmdet', 'rpn.loss')['ops'] - _stage(load(f), 'mmdet', 'rpn.targets')['ops']:,}" for _, f in _DETECTOR_OPS),
         *(f"{_stage(load(f), 'torchvision', 'rpn.loss')['ops']:,}" for _, f in _DETECTOR_OPS))),
-    **{f"cpu-ops-{name}-bs2": Value(_DETECTOR_OPS[0][1], compute=lambda d, stage=stage: "{} against {} ops, {} against {} host waits".format(
-        *(_stage(d, side, stage)[k] for k in ("ops", "host_waits") for side in ("mmdet", "torchvision"))))
+    **{f"cpu-ops-{name}-bs2": Value(_DETECTOR_OPS[0][1], compute=partial(_ops_and_waits, stage))
        for name, stage in (("roi-targets", "roi.targets"), ("proposals", "rpn.proposals"))},
     "cpu-ops-p0004-waits": Value("cpu-dev/detector_ops_p0004_bs8.json", compute=lambda d: " and ".join(
         "{} to {} ({})".format(_stage(load("cpu-dev/detector_ops_bs8.json"), "mmdet", st)["host_waits"],
@@ -955,7 +991,7 @@ VALUES: dict[str, Value] = {
                                      compute=lambda d: _profile(d)["gpu_busy_ms_per_iter"]),
     "h200-r5-profile-top-kernel-ms": Value(f"{_R5}/profile_sm90.json", spec="{:.1f}",
                                            compute=lambda d: _profile(d)["top_kernels"][0]["ms_per_iter"]),
-    **{f"h200-profile{bs}-{side[:2]}-{name}": Value(f"{_R6}/{f}", spec=spec, compute=lambda d, s=side, k=key: _profile(d, s)[k])
+    **{f"h200-profile{bs}-{side[:2]}-{name}": Value(f"{_R6}/{f}", f"results.{side}.{key}", spec=spec)
        for bs, f in (("2", "profile_sm90.json"), ("8", "profile_bs8_sm90.json"))
        for side in ("mmdet", "torchvision-matched")
        for name, key, spec in (("busy-ms", "gpu_busy_ms_per_iter", "{:.1f}"), ("wall-ms", "wall_ms_per_iter", "{:.1f}"),
@@ -1000,8 +1036,7 @@ VALUES: dict[str, Value] = {
         _build(_R8, "sm90")["compile"]["unit_cpu_s"] / _build(_R7, "sm90")["compile"]["unit_cpu_s"])),
     "h200-fat-span-range": Value(f"{_FAT}/summary.json", compute=lambda d: _range(
         (_build(r)["compile"]["span_over_limit"] for r in (_FAT, _FAT2, _FAT3)), "{:.3f}")),
-    **{name: Value(f"{_FAT3}/summary.json", spec="{:.2f}", compute=lambda d, base=base: (
-        _build(_FAT3)["compile"]["unit_cpu_s"] / _build(base)["compile"]["unit_cpu_s"]))
+    **{name: Value(f"{_FAT3}/summary.json", spec="{:.2f}", compute=partial(_unit_cpu_over, base))
        for name, base in (("h200-threads-cpu-ratio", _FAT2), ("h200-threads-cpu-ratio-fat1", _FAT))},
     "h200-threads-longest": Value(f"{_FAT3}/summary.json", compute=lambda d: "{:.0f} s against {:.0f} s".format(
         _build(_FAT3)["compile"]["longest_unit"]["s"], _build(_FAT2)["compile"]["longest_unit"]["s"])),
@@ -1078,7 +1113,7 @@ def _solver_answer(answer: dict | None) -> str:
     return f"`{answer['build']}`"
 
 
-def _solver_selection(docs) -> tuple[list[str], list[list[object]]]:
+def _solver_selection(docs: list[Doc]) -> Body:
     cases, rattler, conda, pixi = docs
     by = {name: {a["id"]: a for a in d["answers"]} for name, d in (("rattler", rattler), ("conda", conda))}
     platforms = {(a["virtual_packages"].get("__cuda"), a["virtual_packages"].get("__cuda_arch")): a

@@ -129,7 +129,8 @@ def run_case(case: dict, device: str) -> dict:
     return rec
 
 
-def digest(records: list[dict]) -> str:
+def digest(records: list[dict] | list[str]) -> str:
+    """sha256 of the records as sorted-key JSON (a case's records, or the list of case digests)."""
     return hashlib.sha256(json.dumps(records, sort_keys=True).encode()).hexdigest()
 
 

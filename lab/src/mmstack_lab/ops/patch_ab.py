@@ -140,6 +140,14 @@ def _child(cmd: list[str], side: str, over: Overlay, **kw) -> subprocess.Complet
     return subprocess.run(cmd, capture_output=True, text=True, env=_env(side, over), **kw)
 
 
+def _mmcv_us(row: dict, side: str) -> float:
+    """A bench_ops row's mmcv time; a row it could not time (a dtype the op does not take) has none to compare."""
+    if "mmcv_us" not in row:
+        raise RuntimeError(f"bench_ops timed no mmcv {row['op']} {row['shape']} {row['dtype']} {row['pass']} "
+                           f"on the {side} side: {row.get('mmcv')}")
+    return float(row["mmcv_us"])
+
+
 def times(python: str, over: Overlay, device: str, ops: str, rounds: int, repeats: int, iters: int) -> list[dict]:
     runs: dict[str, list[list[dict]]] = {"released": [], "patched": []}
     for _ in range(rounds):
@@ -150,9 +158,9 @@ def times(python: str, over: Overlay, device: str, ops: str, rounds: int, repeat
     rows = []
     for i, row in enumerate(runs["released"][0]):
         key = {k: row[k] for k in ("op", "shape", "dtype", "pass")}
-        rel = [r[i].get("mmcv_us") for r in runs["released"]]
-        pat = [r[i].get("mmcv_us") for r in runs["patched"]]
-        tv = [r[i].get("torchvision_us") for r in runs["released"] + runs["patched"] if r[i].get("torchvision_us")]
+        rel = [_mmcv_us(r[i], "released") for r in runs["released"]]
+        pat = [_mmcv_us(r[i], "patched") for r in runs["patched"]]
+        tv = [r[i]["torchvision_us"] for r in runs["released"] + runs["patched"] if r[i].get("torchvision_us")]
         out = dict(key, released_us=[round(x, 1) for x in rel], patched_us=[round(x, 1) for x in pat])
         out["released_median_us"], out["patched_median_us"] = statistics.median(rel), statistics.median(pat)
         out["patched_over_released"] = round(out["patched_median_us"] / out["released_median_us"], 3)

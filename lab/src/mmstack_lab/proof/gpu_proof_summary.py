@@ -19,6 +19,7 @@ import re
 import sys
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from mmstack_lab.common.result_logs import log_exists, read_log
 
@@ -68,6 +69,11 @@ def sandbox_test_seconds(log: Path, package: str) -> float | None:
     return (t1 - t0).total_seconds() % 86400
 
 
+def _level(report: dict[str, Any], name: str) -> dict[str, Any]:
+    """One level of a `mmstack verify --json` report ({} where the report has no such level)."""
+    return next((lv for lv in report.get("levels", []) if lv["level"] == name), {})
+
+
 def sandbox_ladder(log: Path) -> dict | None:
     """The `mmstack verify ... --json` report the recipe's test printed, parsed out of the log."""
     if not log_exists(log):
@@ -76,7 +82,7 @@ def sandbox_ladder(log: Path) -> dict | None:
     start = next((i for i, line in enumerate(lines) if re.search(r"\+ mmstack verify .*--json", line)), None)
     if start is None:
         return None
-    body = []
+    body: list[str] = []
     for line in lines[start + 1:]:
         m = re.match(r"\d\d:\d\d:\d\d \[(\w+)\] (.*)", line)
         if not m or m.group(1) != "info":
@@ -95,8 +101,7 @@ def sandbox_ladder(log: Path) -> dict | None:
     command = re.sub(r"^\S+ \[\w+\] \+ ", "", lines[start])
     levels = {lv["level"]: {"status": lv["status"], "seconds": lv.get("seconds"), "reason": lv.get("reason")}
               for lv in data.get("levels", [])}
-    l4 = next((lv for lv in data.get("levels", []) if lv["level"] == "L4"), {})
-    ev = l4.get("evidence") or {}
+    ev = _level(data, "L4").get("evidence") or {}
     ops = [{"op": o["op"], "device": o.get("device"), "status": o.get("status"), "reference": o.get("reference"),
             "max_error": o.get("max_error"), "reason": (o.get("reason") or "")[:200] or None}
            for o in ev.get("ops", [])]
@@ -170,9 +175,7 @@ def ladder_summary(res: Path, tag: str, stem: str = "verify_installed") -> dict 
     levels = {}
     for lv in data.get("levels", []):
         levels[lv["level"]] = {"status": lv["status"], "seconds": lv.get("seconds"), "reason": lv.get("reason")}
-    l2 = next((lv for lv in data.get("levels", []) if lv["level"] == "L2"), {})
-    l4 = next((lv for lv in data.get("levels", []) if lv["level"] == "L4"), {})
-    l5 = next((lv for lv in data.get("levels", []) if lv["level"] == "L5"), {})
+    l2, l4, l5 = (_level(data, name) for name in ("L2", "L4", "L5"))
     return {"ok": data.get("ok"), "python": data.get("python"), "seconds": data.get("seconds"), "levels": levels,
             "l2_evidence": l2.get("evidence"), "l4_per_op": l4.get("evidence"), "l5_evidence": l5.get("evidence")}
 

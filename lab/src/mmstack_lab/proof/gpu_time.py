@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import TypedDict
 
 PACKAGES = ("noarch", "mmengine", "sm90", "mmdet")
 
@@ -27,19 +28,31 @@ def _wall(path: Path) -> float | None:
         return None
 
 
+class RunSeconds(TypedDict):
+    """One run's side: its wall seconds per stage and their sum (None where no file was read)."""
+
+    run: str
+    seconds: dict[str, float | None]
+    total_s: float | None
+
+
+class CpuRunSeconds(RunSeconds):
+    cores: int | None
+
+
 def _total(parts: dict[str, float | None]) -> float | None:
     vals = [v for v in parts.values() if v is not None]
     return round(sum(vals), 1) if vals else None
 
 
-def before(run: Path) -> dict:
+def before(run: Path) -> RunSeconds:
     """The GPU machine built (with the tests) and tested everything itself."""
     parts = {"standin": _wall(run / "standin_time.json")}
     parts |= {f"build+test {t}": _wall(run / f"build_time_{t}.json") for t in PACKAGES}
     return {"run": run.name, "seconds": parts, "total_s": _total(parts)}
 
 
-def after(run: Path) -> dict:
+def after(run: Path) -> RunSeconds:
     """The GPU machine assembled its stand-in channel and tested the carried packages."""
     parts = {"standin": _wall(run / "standin_time.json")}
     for f in sorted(run.glob("test_time_*.json")):
@@ -47,7 +60,7 @@ def after(run: Path) -> dict:
     return {"run": run.name, "seconds": parts, "total_s": _total(parts)}
 
 
-def cpu(run: Path) -> dict:
+def cpu(run: Path) -> CpuRunSeconds:
     """The CPU machine's side: its stand-in channel and the builds (tests skipped)."""
     parts = {"standin": _wall(run / "standin_time.json")}
     parts |= {f"build {t}": _wall(run / f"build_time_{t}.json") for t in PACKAGES}
@@ -63,14 +76,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cpu", type=Path, help="the CPU machine's build run")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    doc = {"what": "GPU-machine wall seconds to put one sm_90 mmcv (and mmstack, mmengine, mmdet) through "
-                   "its test section; sums of the runs' timed.py files",
-           "before": before(args.before), "after": after(args.after) if args.after else None,
-           "cpu_machine": cpu(args.cpu) if args.cpu else None}
-    if doc["after"] and doc["before"]["total_s"] and doc["after"]["total_s"]:
-        doc["after_over_before"] = round(doc["after"]["total_s"] / doc["before"]["total_s"], 2)
+    gpu_before = before(args.before)
+    gpu_after = after(args.after) if args.after else None
+    sides = {"before": gpu_before, "after": gpu_after, "cpu_machine": cpu(args.cpu) if args.cpu else None}
+    doc: dict[str, object] = {"what": "GPU-machine wall seconds to put one sm_90 mmcv (and mmstack, mmengine, mmdet) through "
+                                      "its test section; sums of the runs' timed.py files", **sides}
+    if gpu_after and gpu_before["total_s"] and gpu_after["total_s"]:
+        doc["after_over_before"] = round(gpu_after["total_s"] / gpu_before["total_s"], 2)
     print(json.dumps(doc, indent=1) if args.json else
-          "\n".join(f"{k}: {v['total_s']} s {v['seconds']}" for k, v in doc.items() if isinstance(v, dict)))
+          "\n".join(f"{k}: {v['total_s']} s {v['seconds']}" for k, v in sides.items() if v is not None))
     return 0
 
 
