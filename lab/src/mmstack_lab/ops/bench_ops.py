@@ -17,45 +17,18 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import time
+
+from mmstack_lab.ops.boxes import random_boxes
+from mmstack_lab.ops.timing import per_call_us, warm_up
 
 
 def _timer(device):
-    import torch
-
     def run(fn, iters, repeats):
-        for _ in range(3):
-            fn()
-        samples = []
-        for _ in range(repeats):
-            if device == "cuda":
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                torch.cuda.synchronize()
-                start.record()
-                for _ in range(iters):
-                    fn()
-                end.record()
-                torch.cuda.synchronize()
-                samples.append(start.elapsed_time(end) * 1e3 / iters)  # microseconds
-            else:
-                t = time.perf_counter()
-                for _ in range(iters):
-                    fn()
-                samples.append((time.perf_counter() - t) * 1e6 / iters)
-        return statistics.median(samples)
+        """The median of `repeats` timings after warm-up, µs per call."""
+        warm_up(fn)
+        return statistics.median(per_call_us(fn, iters, device) for _ in range(repeats))
 
     return run
-
-
-def _boxes(n, device, seed):
-    import torch
-
-    g = torch.Generator().manual_seed(seed)
-    xy = torch.rand(n, 2, generator=g) * 800
-    wh = torch.rand(n, 2, generator=g) * 200 + 8
-    boxes = torch.cat([xy, xy + wh], 1)
-    scores = torch.rand(n, generator=g)
-    return boxes.to(device), scores.to(device)
 
 
 def bench(device: str, repeats: int, iters: int, *, full: bool = False, only: set[str] | None = None) -> list[dict]:
@@ -93,7 +66,7 @@ def bench(device: str, repeats: int, iters: int, *, full: bool = False, only: se
 
     torch.manual_seed(0)
     feats = torch.randn(2, 256, 200, 200, device=device)
-    boxes, _ = _boxes(1000, device, 1)
+    boxes, _ = random_boxes(1000, 1, device)
     boxes = boxes / 4  # feature-map scale
     bidx = torch.randint(0, 2, (1000, 1), device=device).float()
     rois = torch.cat([bidx, boxes], 1)
@@ -102,7 +75,7 @@ def bench(device: str, repeats: int, iters: int, *, full: bool = False, only: se
         (lambda: tvops.roi_align(feats, rois, (7, 7), 1.0, 2, True)) if tvops else None)
 
     for n in (1000, 20000):
-        b, s = _boxes(n, device, 2)
+        b, s = random_boxes(n, 2, device)
         add("nms", f"{n} boxes, iou 0.5",
             lambda b=b, s=s: ops.nms(b, s, 0.5),
             (lambda b=b, s=s: tvops.nms(b, s, 0.5)) if tvops else None)
@@ -142,7 +115,7 @@ def _full(add, ops, tvops, device: str) -> None:
     torch.manual_seed(0)
     sizes = (100, 1000, 10000, 100000) if device == "cuda" else (100, 1000)
     for n in sizes:
-        b, s = _boxes(n, device, 2)
+        b, s = random_boxes(n, 2, device)
         idx = torch.randint(0, 80, (n,), device=device)
         add("nms", f"{n} boxes, iou 0.5", lambda b=b, s=s: ops.nms(b, s, 0.5),
             (lambda b=b, s=s: tvops.nms(b, s, 0.5)) if tvops else None)
@@ -156,7 +129,7 @@ def _full(add, ops, tvops, device: str) -> None:
         name = str(dtype).removeprefix("torch.")
         feats = torch.randn(2, 256, feat_side, feat_side, device=device, dtype=dtype)
         for n_rois, out, head in ((1000, 7, "box head"), (100, 14, "mask head")):
-            boxes, _ = _boxes(n_rois, device, 1)
+            boxes, _ = random_boxes(n_rois, 1, device)
             boxes = boxes * (feat_side / 800)
             bidx = torch.randint(0, 2, (n_rois, 1), device=device).float()
             rois = torch.cat([bidx, boxes], 1).to(dtype)
@@ -200,8 +173,8 @@ def _full(add, ops, tvops, device: str) -> None:
             (lambda t=leaves: tvops.deform_conv2d(t[0], t[1], t[3], padding=(1, 1), mask=t[2]).sum().backward()) if tvops else None,
             dtype=name, passes="forward+backward")
 
-        a, _ = _boxes(1000, device, 3)
-        c, _ = _boxes(1000, device, 4)
+        a, _ = random_boxes(1000, 3, device)
+        c, _ = random_boxes(1000, 4, device)
         a, c = a.to(dtype), c.to(dtype)
         add("box_iou", "1000x1000 boxes", lambda a=a, c=c: ops.bbox_overlaps(a, c),
             (lambda a=a, c=c: tvops.box_iou(a, c)) if tvops else None, dtype=name)

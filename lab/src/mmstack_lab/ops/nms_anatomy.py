@@ -17,7 +17,7 @@ the keep-gathering kernel and the final masked_select. Then, for each size:
   and IoU threshold (uniform and clustered boxes; sizes that are and are not multiples of 64),
   and counts where torchvision's kept set differs (it rounds the IoU test differently).
 
-Boxes are drawn as in bench_ops.py: corners uniform in 800 px, sides 8-208 px, scores uniform.
+Boxes are mmstack_lab.ops.boxes' (bench_ops.py's): corners uniform in 800 px, sides 8-208 px, scores uniform.
 `pytorch_cuda_helper.hpp` is replaced by a shim holding only what the nms sources use (ATen,
 the CUDA context and guard, common_cuda_helper.hpp), so a torch wheel without THC's legacy
 headers builds it too; the nms code itself is the sdist's.
@@ -38,6 +38,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from mmstack_lab.ops.boxes import random_boxes
+from mmstack_lab.ops.timing import per_call_us, warm_up
 from mmstack_lab.paths import ROOT
 
 PATCH = ROOT / "recipes" / "mmcv" / "patches" / "0008-nms-gather-keep-per-word.patch"
@@ -142,41 +144,18 @@ def build(name: str, sdist: Path, patch: Path | None, work: Path, arch: str):
     return mod, round(time.monotonic() - t, 1)
 
 
-def boxes_for(n: int, seed: int, clustered: bool = False):
-    import torch
-
-    g = torch.Generator().manual_seed(seed)
-    if clustered:  # a few hundred objects, each proposed many times: heavy suppression
-        centers = torch.rand(max(1, n // 50), 2, generator=g) * 800
-        xy = centers[torch.randint(0, len(centers), (n,), generator=g)] + torch.randn(n, 2, generator=g) * 6
-        wh = torch.rand(n, 2, generator=g) * 20 + 60
-    else:
-        xy = torch.rand(n, 2, generator=g) * 800
-        wh = torch.rand(n, 2, generator=g) * 200 + 8
-    return torch.cat([xy, xy + wh], 1).cuda(), torch.rand(n, generator=g).cuda()
-
-
 def timer(fn, repeats: int, target_ms: float) -> dict:
+    """CUDA events: `repeats` timings, each of as many calls (1-200) as fill about target_ms."""
     import torch
 
-    for _ in range(3):
-        fn()
+    warm_up(fn)
     torch.cuda.synchronize()
     t = time.perf_counter()
     fn()
     torch.cuda.synchronize()
     one = max(time.perf_counter() - t, 1e-6)
     iters = max(1, min(200, int(target_ms / 1e3 / one)))
-    samples = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda.synchronize()
-        start.record()
-        for _ in range(iters):
-            fn()
-        end.record()
-        torch.cuda.synchronize()
-        samples.append(start.elapsed_time(end) * 1e3 / iters)
+    samples = [per_call_us(fn, iters, "cuda") for _ in range(repeats)]
     return {"median_us": round(statistics.median(samples), 2), "min_us": round(min(samples), 2),
             "iters": iters, "repeats": repeats}
 
@@ -190,7 +169,7 @@ def check(orig, patched, tvnms, sizes, trials: int) -> list[dict]:
             for thr in (0.3, 0.5, 0.7):
                 same, tv_diff, kept = 0, 0, []
                 for t in range(trials):
-                    b, s = boxes_for(n, 1000 * n + 10 * t + int(clustered), clustered)
+                    b, s = random_boxes(n, 1000 * n + 10 * t + int(clustered), "cuda", clustered=clustered)
                     a, p = orig.nms(b, s, thr, 0), patched.nms(b, s, thr, 0)
                     same += bool(torch.equal(a, p))
                     kept.append(int(p.numel()))
@@ -207,7 +186,7 @@ def time_size(n: int, orig, patched, tvnms, args) -> dict:
     """One size: every variant and step timed on the same boxes."""
     import torch
 
-    b, s = boxes_for(n, n)
+    b, s = random_boxes(n, n, "cuda")
     order, sorted_b = orig.sort(b, s)
     mask = orig.mask(sorted_b, args.iou, 0)
     keep = patched.gather(mask)
@@ -224,9 +203,9 @@ def time_size(n: int, orig, patched, tvnms, args) -> dict:
         # what mmcv.ops.nms does after its launcher returns
         "mmcv_wrapper_extra": lambda: torch.cat((b[inds], s[inds].reshape(-1, 1)), dim=1),
     }
-    row = {"n": n, "kept": int(inds.numel())}
-    row.update({name: timer(fn, args.repeats, args.target_ms) for name, fn in calls.items() if fn is not None})
-    med = {k: v["median_us"] for k, v in row.items() if isinstance(v, dict)}
+    timed = {name: timer(fn, args.repeats, args.target_ms) for name, fn in calls.items() if fn is not None}
+    row: dict[str, object] = {"n": n, "kept": int(inds.numel()), **timed}
+    med = {k: v["median_us"] for k, v in timed.items()}
     if tvnms is not None:
         row["ratio_tv_over_released"] = round(med["torchvision_nms"] / med["released_launcher"], 3)
         row["ratio_tv_over_patched"] = round(med["torchvision_nms"] / med["patched_launcher"], 3)

@@ -1,0 +1,34 @@
+"""How the op benchmarks time a call (bench_ops, nms_anatomy): a few calls to warm up, then
+timings of `iters` calls each, in microseconds per call: between two CUDA events on the GPU (the
+device synchronised before the first and after the second), by perf_counter on the CPU."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+WARMUP_CALLS = 3
+
+
+def warm_up(fn: Callable[[], object]) -> None:
+    for _ in range(WARMUP_CALLS):
+        fn()
+
+
+def per_call_us(fn: Callable[[], object], iters: int, device: str) -> float:
+    """One timing: `iters` calls of fn, µs per call (CUDA events where device is "cuda")."""
+    if device == "cuda":
+        import torch
+
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        start.record()
+        for _ in range(iters):
+            fn()
+        end.record()
+        torch.cuda.synchronize()
+        return start.elapsed_time(end) * 1e3 / iters
+    t = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    return (time.perf_counter() - t) * 1e6 / iters
