@@ -48,49 +48,23 @@ import statistics
 import sys
 import time
 
-# mmstack as installed in the environment under test, or the checkout's on PYTHONPATH
-# (PYTHONPATH=src:lab/src python -m mmstack_lab.detector.bench_detector ...)
-from mmstack.verify import train_detector as td
 from mmstack_lab.common.hostinfo import host
+from mmstack_lab.detector import harness
+from mmstack_lab.detector.harness import require_stack, sync, td
 from mmstack_lab.paths import child_env
-
-
-def require_stack() -> dict[str, str]:
-    """The versions of torch, mmcv (its compiled ops loaded), mmengine and mmdet; or
-    td.DetectorStepUnavailable naming the one that does not import. The lab's own check: the one
-    inside mmstack.verify.train_detector is private there (the lab uses mmstack's public names)."""
-    import importlib
-
-    versions = {}
-    for name in ("torch", "mmcv", "mmcv.ops", "mmengine", "mmdet"):
-        try:
-            module = importlib.import_module(name)
-        except (ImportError, AssertionError) as exc:  # mmdet 3.3.0 as published asserts mmcv < 2.2.0
-            raise td.DetectorStepUnavailable(f"{name} does not import: {exc}") from exc
-        if "." not in name:
-            versions[name] = module.__version__
-    return versions
-
 
 SIDES = ("mmdet", "torchvision-matched")  # what --paired and --processes compare
 # torchvision's FastRCNNPredictor regresses a box for the background class too (1,024 inputs + bias)
 TV_BACKGROUND_BOX_VALUES = 4 * (1024 + 1)
 
 
-def _sync(device: str) -> None:
-    import torch
-
-    if device.startswith("cuda"):
-        torch.cuda.synchronize(device)
-
-
 def _timing(step, losses: list, *, iters: int, device: str) -> float:
     """One timing: `iters` iterations between two synchronisations; it/s."""
-    _sync(device)
+    sync(device)
     start = time.perf_counter()
     for _ in range(iters):
         losses.append(step())
-    _sync(device)
+    sync(device)
     return iters / (time.perf_counter() - start)
 
 
@@ -114,18 +88,13 @@ def _time(step, *, warmup: int, iters: int, repeats: int, device: str) -> dict:
 
 def mmdet_step(args, samples):
     """(model, step): one mmdet training iteration on the fixed batch, returning the loss."""
-    td.seed_everything(args.seed)
-    model = td.build_detector(args.model, num_classes=args.num_classes, device=args.device)
-    model.train()
-    amp = args.amp and args.device.startswith("cuda")
-    optim = td.make_optim_wrapper(model, device=args.device, amp=amp, lr=args.lr)
-    data = td.to_mmdet_inputs(samples, device=args.device)
+    side = harness.mmdet_side(args, samples)
 
     def step() -> float:
-        loss = model.train_step(data, optim)["loss"]
+        loss = side.model.train_step(side.data, side.optim)["loss"]
         return float(loss.detach() if hasattr(loss, "detach") else loss)
 
-    return model, step
+    return side.model, step
 
 
 def bench_mmdet(args, samples) -> dict:
@@ -133,64 +102,18 @@ def bench_mmdet(args, samples) -> dict:
         require_stack()
     except td.DetectorStepUnavailable as exc:
         return {"skipped": str(exc)}
-    import torch
-
     model, step = mmdet_step(args, samples)
-    amp = args.amp and args.device.startswith("cuda")
-    result = _time(
-        step, warmup=args.warmup, iters=args.iters, repeats=args.repeats, device=args.device
-    )
-    result.update(
-        framework="mmdet",
-        setup=training_setup(model),
-        config=str(td.resolve_config(args.model)),
-        deformable_ops=td.deformable_ops(model),
-        amp=amp,
-        versions=require_stack(),
-        max_memory_mib=(
-            torch.cuda.max_memory_allocated(args.device) / 2**20
-            if args.device.startswith("cuda")
-            else None
-        ),
-    )
-    return result
+    return _timed(args, step, framework="mmdet", setup=training_setup(model), config=str(td.resolve_config(args.model)),
+                  deformable_ops=td.deformable_ops(model), amp=harness.amp(args), versions=require_stack())
 
 
-def _torchvision_model(variant: str, *, num_classes: int, image_size: int):
-    from torchvision.models import resnet50
-    from torchvision.models.detection import FasterRCNN, fasterrcnn_resnet50_fpn
-    from torchvision.models.detection.backbone_utils import _resnet_fpn_extractor
-
-    size = {"min_size": image_size, "max_size": image_size}
-    # torchvision's class 0 is background: num_classes + 1 outputs for the same foreground set.
-    if variant == "stock":
-        return fasterrcnn_resnet50_fpn(
-            weights=None, weights_backbone=None, num_classes=num_classes + 1, **size
-        )
-    backbone = resnet50(weights=None, zero_init_residual=True)  # nn.BatchNorm2d, as mmdet's BN
-    backbone = _resnet_fpn_extractor(backbone, trainable_layers=3)
-    return _norm_eval(FasterRCNN(
-        backbone, num_classes=num_classes + 1, rpn_post_nms_top_n_train=1000, **size
-    ))
-
-
-def _norm_eval(model):
-    """mmdet's ResNet `norm_eval=True`: every BatchNorm stays in eval mode (running statistics
-    fixed) whenever the model is put in train mode; its affine weights still get gradients where
-    requires_grad is set (mmdet's norm_cfg requires_grad=True, frozen stages excepted)."""
+def _timed(args, step, **about) -> dict:
+    """A side's timings (warm-up, then --repeats timings of --iters), `about` it, and its peak memory on CUDA."""
     import torch
 
-    train = model.train
-
-    def train_norm_eval(mode: bool = True):
-        train(mode)
-        for module in model.modules():
-            if isinstance(module, torch.nn.modules.batchnorm._BatchNorm):
-                module.eval()
-        return model
-
-    model.train = train_norm_eval
-    return model
+    result = _time(step, warmup=args.warmup, iters=args.iters, repeats=args.repeats, device=args.device)
+    peak = torch.cuda.max_memory_allocated(args.device) / 2**20 if harness.cuda(args) else None
+    return {**result, **about, "max_memory_mib": peak}
 
 
 def training_setup(model) -> dict:
@@ -208,31 +131,19 @@ def torchvision_step(args, samples, variant: str):
     """(model, step): one torchvision Faster R-CNN training iteration on the same batch, returning the loss."""
     import torch
 
-    td.seed_everything(args.seed)
-    model = _torchvision_model(variant, num_classes=args.num_classes, image_size=args.image_size)
-    model.to(args.device).train()
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.SGD(params, lr=args.lr, momentum=0.9, weight_decay=1e-4)
-    amp = args.amp and args.device.startswith("cuda")
-    device_type = args.device.split(":")[0]
-    scaler = torch.amp.GradScaler(device_type, enabled=amp)
-    images = [s["image"].to(args.device).float() / 255.0 for s in samples]
-    targets = [
-        {"boxes": s["boxes"].to(args.device), "labels": s["labels"].to(args.device) + 1}
-        for s in samples
-    ]
+    tv = harness.torchvision_side(args, samples, variant)
 
     def step() -> float:
-        optimizer.zero_grad(set_to_none=True)
-        with torch.autocast(device_type=device_type, dtype=torch.float16, enabled=amp):
-            losses = model(images, targets)
+        tv.optimizer.zero_grad(set_to_none=True)
+        with torch.autocast(device_type=tv.device_type, dtype=torch.float16, enabled=tv.amp):
+            losses = tv.model(tv.images, tv.targets)
             loss = sum(losses.values())
-        scaler.scale(loss).backward()
-        scaler.step(optimizer)
-        scaler.update()
+        tv.scaler.scale(loss).backward()
+        tv.scaler.step(tv.optimizer)
+        tv.scaler.update()
         return float(loss.detach())
 
-    return model, step
+    return tv.model, step
 
 
 def bench_torchvision(args, samples, variant: str) -> dict:
@@ -243,22 +154,8 @@ def bench_torchvision(args, samples, variant: str) -> dict:
         return {"skipped": f"torchvision does not import: {type(exc).__name__}: {exc}"}
 
     model, step = torchvision_step(args, samples, variant)
-    amp = args.amp and args.device.startswith("cuda")
-    result = _time(
-        step, warmup=args.warmup, iters=args.iters, repeats=args.repeats, device=args.device
-    )
-    result.update(
-        framework=f"torchvision-{variant}",
-        setup=training_setup(model),
-        amp=amp,
-        versions={"torch": torch.__version__, "torchvision": torchvision.__version__},
-        max_memory_mib=(
-            torch.cuda.max_memory_allocated(args.device) / 2**20
-            if args.device.startswith("cuda")
-            else None
-        ),
-    )
-    return result
+    return _timed(args, step, framework=f"torchvision-{variant}", setup=training_setup(model), amp=harness.amp(args),
+                  versions={"torch": torch.__version__, "torchvision": torchvision.__version__})
 
 
 def bench_paired(args, samples) -> dict:
@@ -276,7 +173,7 @@ def bench_paired(args, samples) -> dict:
     steps = dict(zip(SIDES, (mm, tv), strict=True))
     setups = dict(zip(SIDES, (training_setup(mm_model), training_setup(tv_model)), strict=True))
     losses = {name: [step() for _ in range(args.warmup)] for name, step in steps.items()}
-    rates = {name: [] for name in steps}
+    rates: dict[str, list[float]] = {name: [] for name in steps}
     pairs = []
     for i in range(args.repeats):
         order = SIDES if i % 2 == 0 else SIDES[::-1]
@@ -328,7 +225,9 @@ def bench_processes(args, argv: list[str]) -> dict:
             skip = True
         else:
             base.append(a)
-    pairs, sides, seconds = [], {s: [] for s in SIDES}, []
+    pairs: list[dict] = []
+    sides: dict[str, list[dict]] = {s: [] for s in SIDES}
+    seconds: list[float] = []
     for i in range(args.processes):
         order = SIDES if i % 2 == 0 else SIDES[::-1]
         pair = {"first": order[0]}
@@ -363,42 +262,22 @@ def bench_processes(args, argv: list[str]) -> dict:
     }
 
 
-def _header(args, torch, argv: list[str]) -> dict:
-    return {
-        "command": " ".join(["python -m mmstack_lab.detector.bench_detector", *argv]),
-        "host": host(),
-        "device": args.device,
-        "device_name": (
-            torch.cuda.get_device_name(args.device) if args.device.startswith("cuda") else "cpu"
-        ),
-        "model": args.model,
-        "image_size": args.image_size,
-        "batch_size": args.batch_size,
-        "amp": args.amp and args.device.startswith("cuda"),
-        "warmup": args.warmup,
-        "iters": args.iters,
-        "repeats": args.repeats,
-    }
+def _header(args, argv: list[str]) -> dict:
+    return {"command": " ".join(["python -m mmstack_lab.detector.bench_detector", *argv]), "host": host(),
+            **harness.setting(args), "iters": args.iters, "repeats": args.repeats}
 
 
 def run(args, argv: list[str] | None = None) -> dict:
     import torch
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
-        raise SystemExit("error: --device cuda, but torch sees no CUDA GPU")
-    if args.image_size is None:
-        args.image_size = td.GPU_IMAGE_SIZE if args.device.startswith("cuda") else td.CPU_IMAGE_SIZE
-    if args.processes:
-        return {**_header(args, torch, argv), "processes": bench_processes(args, argv)}
-    samples = td.synthetic_batch(
-        image_size=args.image_size,
-        batch_size=args.batch_size,
-        num_classes=args.num_classes,
-        seed=args.seed,
-    )
+    harness.require_device(args, "bench_detector")
+    harness.default_image_size(args)
+    if args.processes:  # each child makes its own batch
+        return {**_header(args, argv), "processes": bench_processes(args, argv)}
+    samples = harness.synthetic_batch(args)
     if args.paired:
-        return {**_header(args, torch, argv), "paired": bench_paired(args, samples)}
+        return {**_header(args, argv), "paired": bench_paired(args, samples)}
     sides = {}
     benches = {
         "mmdet": lambda: bench_mmdet(args, samples),
@@ -418,7 +297,7 @@ def run(args, argv: list[str] | None = None) -> dict:
         return a / b if a and b else None
 
     return {
-        **_header(args, torch, argv),
+        **_header(args, argv),
         "results": sides,
         "ratio": ratio("torchvision-matched"),
         "ratio_vs_stock": ratio("torchvision-stock"),
@@ -456,31 +335,12 @@ def _print_table(report: dict) -> None:
         print(f"  mmdet / torchvision-{label}: " + (f"{value:.3f}" if value else "n/a"))
 
 
-def quiet_stdout(fn, *args, quiet: bool):
-    """fn(*args), with stdout sent to stderr while it runs when quiet: mmengine logs to stdout, and a
-    tool that prints its report as JSON keeps stdout for that."""
-    real_stdout = sys.stdout
-    if quiet:
-        sys.stdout = sys.stderr
-    try:
-        return fn(*args)
-    finally:
-        sys.stdout = real_stdout
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", default="cuda")
-    parser.add_argument("--model", default="faster-rcnn", help="mmdet side (train_detector.MODELS)")
-    parser.add_argument("--image-size", type=int, default=None, help="default: 800 GPU, 128 CPU")
-    parser.add_argument("--batch-size", type=int, default=td.BATCH_SIZE)
-    parser.add_argument("--num-classes", type=int, default=td.NUM_CLASSES)
-    parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--iters", type=int, default=10, help="iterations per timing")
+    harness.add_arguments(parser, warmup=5, iters=10, iters_help="iterations per timing",
+                          model_help="mmdet side (train_detector.MODELS)")
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--lr", type=float, default=td.LR)
-    parser.add_argument("--seed", type=int, default=td.SEED)
-    parser.add_argument("--no-amp", dest="amp", action="store_false")
+    harness.add_training_arguments(parser)
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--paired", action="store_true",
                       help="mmdet and torchvision-matched only, in one process, --repeats timings alternating "
@@ -491,8 +351,8 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument("--only", choices=("mmdet", "torchvision-matched", "torchvision-stock"),
                       help="time this side alone (the children of --processes)")
     parser.add_argument("--json", action="store_true")
-    args = parser.parse_args(argv)
-    report = quiet_stdout(run, args, argv, quiet=args.json)
+    args = harness.parse_args(parser, argv, "bench_detector")
+    report = harness.quiet_stdout(run, args, argv, quiet=args.json)
     if args.json:
         print(json.dumps(report, indent=2))
     else:

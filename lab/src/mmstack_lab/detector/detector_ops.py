@@ -31,8 +31,6 @@ Iterations are counted separately; `same_every_iteration` says whether they agre
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 import warnings
 from collections import Counter
@@ -40,9 +38,7 @@ from collections import Counter
 import torch  # every op this script counts passes through host_wait_kind
 
 from mmstack_lab.common.hostinfo import host
-from mmstack_lab.detector import bench_detector as bd, detector_stages as ds
-
-td = bd.td
+from mmstack_lab.detector import detector_stages as ds, harness
 
 # ops whose output size or value the host must know before it can issue more work
 SIZE_FROM_DATA = ("aten.nonzero.", "aten.masked_select.", "aten._unique2.", "aten.unique_dim.",
@@ -104,7 +100,7 @@ def counting_mode(stack: Stack, cuda: bool):
     class Count(TorchDispatchMode):
         def __init__(self):
             super().__init__()
-            self.stages: dict[str, Counter] = {}
+            self.stages: dict[str, Counter[str]] = {}
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
@@ -128,8 +124,13 @@ def counting_mode(stack: Stack, cuda: bool):
     return Count()
 
 
-def _tidy(counter: Counter, cuda: bool) -> dict:
-    out = {k: counter.get(k, 0) for k in ("ops", "views", "host_waits", *(("cuda_syncs",) if cuda else ()))}
+def _counted(cuda: bool) -> tuple[str, ...]:
+    """What a stage reports as a count (cuda_syncs on CUDA only)."""
+    return ("ops", "views", "host_waits", *(("cuda_syncs",) if cuda else ()))
+
+
+def _tidy(counter: Counter[str], cuda: bool) -> dict[str, object]:
+    out: dict[str, object] = {k: counter.get(k, 0) for k in _counted(cuda)}
     for prefix, key in (("host_wait:", "host_waits_by_kind"), ("host_wait_op:", "host_waits_by_op")):
         out[key] = dict(sorted((k[len(prefix):], v) for k, v in counter.items() if k.startswith(prefix)))
     return out
@@ -155,10 +156,11 @@ def count(framework: str, make, args, samples) -> dict:
         finally:
             if cuda:
                 torch.cuda.set_sync_debug_mode(0)
-        stages = {name: _tidy(c, cuda) for name, c in mode.stages.items()}
+        counters = mode.stages
+        stages = {name: _tidy(c, cuda) for name, c in counters.items()}
         top = ds.TOP[framework]
-        stages["other"] = {k: stages["iteration"][k] - sum(stages.get(s, {}).get(k, 0) for s in top)
-                           for k in ("ops", "views", "host_waits", *(("cuda_syncs",) if cuda else ()))}
+        stages["other"] = {k: counters["iteration"][k] - sum(counters[s][k] for s in top if s in counters)
+                           for k in _counted(cuda)}
         iterations.append(stages)
     return {"top_level": list(ds.TOP[framework]), "stages": iterations[0],
             "same_every_iteration": all(it == iterations[0] for it in iterations[1:]),
@@ -173,35 +175,17 @@ def run(args, argv: list[str]) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--device", default="cuda")
-    ap.add_argument("--model", default="faster-rcnn")
-    ap.add_argument("--image-size", type=int, default=None, help="default: 800 GPU, 128 CPU")
-    ap.add_argument("--batch-size", type=int, default=td.BATCH_SIZE)
-    ap.add_argument("--num-classes", type=int, default=td.NUM_CLASSES)
-    ap.add_argument("--warmup", type=int, default=2)
-    ap.add_argument("--iters", type=int, default=2, help="iterations counted, each on its own")
-    ap.add_argument("--lr", type=float, default=td.LR)
-    ap.add_argument("--seed", type=int, default=td.SEED)
-    ap.add_argument("--no-amp", dest="amp", action="store_false")
-    ap.add_argument("--json", action="store_true")
-    args = ap.parse_args(argv)
-    if args.iters < 1 or args.warmup < 0:
-        print("detector_ops: --iters must be >= 1 and --warmup >= 0", file=sys.stderr)
-        return 2
-    report = bd.quiet_stdout(run, args, argv, quiet=args.json)
-    if args.json:
-        print(json.dumps(report, indent=1))
-        return 0
-    for fw, side in report["frameworks"].items():
-        if "skipped" in side:
-            print(f"{fw}: skipped: {side['skipped']}")
-            continue
-        print(f"{fw}:" + ("" if side["same_every_iteration"] else " (iterations differ; the first shown)"))
-        for name, d in side["stages"].items():
-            print(f"  {name:16s} ops {d['ops']:6d}  views {d['views']:6d}  host waits {d['host_waits']:5d}"
-                  + (f"  cuda syncs {d['cuda_syncs']:5d}" if "cuda_syncs" in d else ""))
+    ap = harness.parser(__doc__.splitlines()[0], warmup=2, iters=2, iters_help="iterations counted, each on its own")
+    args = harness.parse_args(ap, argv, "detector_ops")
+    report = harness.quiet_stdout(run, args, argv, quiet=args.json)
+    ds.print_report(report, as_json=args.json, lines=_lines)
     return 0
+
+
+def _lines(fw: str, side: dict) -> list[str]:
+    return [f"{fw}:" + ("" if side["same_every_iteration"] else " (iterations differ; the first shown)"),
+            *(f"  {name:16s} ops {d['ops']:6d}  views {d['views']:6d}  host waits {d['host_waits']:5d}"
+              + (f"  cuda syncs {d['cuda_syncs']:5d}" if "cuda_syncs" in d else "") for name, d in side["stages"].items())]
 
 
 if __name__ == "__main__":

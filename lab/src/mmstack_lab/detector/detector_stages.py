@@ -3,11 +3,11 @@
 
     python -m mmstack_lab.detector.detector_stages --device cuda --batch-size 2 --json > stages_bs2.json
 
-The models, batch, AMP and optimizer are bench_detector.py's (mmdet's faster-rcnn config; the
-"matched" torchvision Faster R-CNN). No profiler: each stage boundary records a CPU clock
-(time.perf_counter, no synchronisation) and, on CUDA, an event on the current stream; one
-synchronize ends each iteration (bench_detector's steps sync there too, reading the loss). Per
-stage, the median over iterations of
+The models, batch, AMP and optimizer are bench_detector.py's, from mmstack_lab.detector.harness
+(mmdet's faster-rcnn config; the "matched" torchvision Faster R-CNN). No profiler: each stage
+boundary records a CPU clock (time.perf_counter, no synchronisation) and, on CUDA, an event on the
+current stream; one synchronize ends each iteration (bench_detector's steps sync there too,
+reading the loss). Per stage, the median over iterations of
 - cpu_ms: what the Python side spent issuing the stage's work;
 - gpu_ms: event to event, the GPU's time from the stage's start to its end, idle gaps included.
 A stage whose gpu_ms is close to its cpu_ms is launch-bound there; gpu_ms well above cpu_ms means
@@ -26,16 +26,17 @@ roi.head, roi.loss):
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from mmstack_lab.detector import bench_detector as bd
+from mmstack_lab.detector import harness
 
-td = bd.td
+if TYPE_CHECKING:
+    import torch
 
 
 class Marks:
@@ -43,7 +44,7 @@ class Marks:
 
     def __init__(self, cuda: bool):
         self.cuda = cuda
-        self.marks: list[tuple[str, str, float, object]] = []
+        self.marks: list[tuple[str, str, float, torch.cuda.Event | None]] = []
 
     def mark(self, name: str, edge: str) -> None:
         event = None
@@ -64,7 +65,7 @@ class Marks:
     def durations(self) -> dict[str, dict[str, float]]:
         """Stage -> {cpu_ms, gpu_ms}, summed over the stage's occurrences in the iteration."""
         out: dict[str, dict[str, float]] = {}
-        open_: dict[str, tuple[float, object]] = {}
+        open_: dict[str, tuple[float, torch.cuda.Event | None]] = {}
         for name, edge, t, ev in self.marks:
             if edge == "start":
                 open_[name] = (t, ev)
@@ -72,7 +73,7 @@ class Marks:
             t0, ev0 = open_.pop(name)
             d = out.setdefault(name, {"cpu_ms": 0.0, "gpu_ms": 0.0} if self.cuda else {"cpu_ms": 0.0})
             d["cpu_ms"] += (t - t0) * 1e3
-            if self.cuda:
+            if ev0 is not None and ev is not None:  # both recorded where self.cuda
                 d["gpu_ms"] += ev0.elapsed_time(ev)
         return out
 
@@ -83,12 +84,8 @@ def _wrap(obj, attr: str, marks: Marks, name: str) -> None:
 
 
 def mmdet_iteration(args, samples, marks: Marks) -> Callable[[], None]:
-    td.seed_everything(args.seed)
-    model = td.build_detector(args.model, num_classes=args.num_classes, device=args.device)
-    model.train()
-    amp = args.amp and args.device.startswith("cuda")
-    optim = td.make_optim_wrapper(model, device=args.device, amp=amp, lr=args.lr)
-    data = td.to_mmdet_inputs(samples, device=args.device)
+    side = harness.mmdet_side(args, samples)
+    model, optim, data = side.model, side.optim, side.data
     _wrap(model, "extract_feat", marks, "backbone+neck")
     _wrap(model.rpn_head, "loss_and_predict", marks, "rpn")
     _wrap(model.roi_head, "loss", marks, "roi")
@@ -113,16 +110,8 @@ def mmdet_iteration(args, samples, marks: Marks) -> Callable[[], None]:
 def torchvision_iteration(args, samples, marks: Marks) -> Callable[[], None]:
     import torch
 
-    td.seed_everything(args.seed)
-    model = bd._torchvision_model("matched", num_classes=args.num_classes, image_size=args.image_size)
-    model.to(args.device).train()
-    optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=args.lr,
-                                momentum=0.9, weight_decay=1e-4)
-    amp = args.amp and args.device.startswith("cuda")
-    device_type = args.device.split(":")[0]
-    scaler = torch.amp.GradScaler(device_type, enabled=amp)
-    images = [s["image"].to(args.device).float() / 255.0 for s in samples]
-    targets = [{"boxes": s["boxes"].to(args.device), "labels": s["labels"].to(args.device) + 1} for s in samples]
+    tv = harness.torchvision_side(args, samples, "matched")
+    model, optimizer, scaler = tv.model, tv.optimizer, tv.scaler
     for attr, name in (("transform", "preprocess"), ("backbone", "backbone+neck"), ("rpn", "rpn"), ("roi_heads", "roi")):
         _wrap(getattr(model, attr), "forward", marks, name)
     from torchvision.models.detection import roi_heads as tv_roi_heads
@@ -143,8 +132,8 @@ def torchvision_iteration(args, samples, marks: Marks) -> Callable[[], None]:
         optimizer.zero_grad(set_to_none=True)
 
     def step() -> None:  # bench_detector.torchvision_step, zero_grad moved to the end of the update
-        with torch.autocast(device_type=device_type, dtype=torch.float16, enabled=amp):
-            losses = marks.span("forward", model, images, targets)
+        with torch.autocast(device_type=tv.device_type, dtype=torch.float16, enabled=tv.amp):
+            losses = marks.span("forward", model, tv.images, tv.targets)
             loss = marks.span("loss_sum", lambda: sum(losses.values()))
         marks.span("update", update, loss)
 
@@ -200,18 +189,13 @@ def run_sides(args, per_side: Callable, *, tool: str, what: str) -> dict:
     cannot run says why. The report's header is the same for every tool built on these stages."""
     import torch
 
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
-        print(f"{tool}: --device cuda, but torch sees no CUDA GPU", file=sys.stderr)
-        raise SystemExit(2)
-    if args.image_size is None:
-        args.image_size = td.GPU_IMAGE_SIZE if args.device.startswith("cuda") else td.CPU_IMAGE_SIZE
-    samples = td.synthetic_batch(image_size=args.image_size, batch_size=args.batch_size,
-                                 num_classes=args.num_classes, seed=args.seed)
+    harness.require_device(args, tool)
+    samples = harness.synthetic_batch(args)
     sides: dict[str, dict] = {}
     try:
-        versions = bd.require_stack()
+        versions = harness.require_stack()
         sides["mmdet"] = {**per_side("mmdet", mmdet_iteration, args, samples), "versions": versions}
-    except td.DetectorStepUnavailable as exc:
+    except harness.td.DetectorStepUnavailable as exc:
         sides["mmdet"] = {"skipped": str(exc)}
     try:
         import torchvision
@@ -222,10 +206,7 @@ def run_sides(args, per_side: Callable, *, tool: str, what: str) -> dict:
                                 "versions": {"torch": torch.__version__, "torchvision": torchvision.__version__}}
     return {
         "what": what,
-        "device": args.device,
-        "device_name": torch.cuda.get_device_name(args.device) if args.device.startswith("cuda") else "cpu",
-        "model": args.model, "image_size": args.image_size, "batch_size": args.batch_size,
-        "amp": args.amp and args.device.startswith("cuda"), "warmup": args.warmup, "iters": args.iters,
+        **harness.setting(args), "iters": args.iters,
         "torchvision_model": "matched (bench_detector.py)",
         "seams": {name: {"mmdet": m, "torchvision": t} for name, (m, t) in SEAMS.items()},
         "frameworks": sides,
@@ -238,34 +219,24 @@ def run(args) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--device", default="cuda")
-    ap.add_argument("--model", default="faster-rcnn")
-    ap.add_argument("--image-size", type=int, default=None, help="default: 800 GPU, 128 CPU")
-    ap.add_argument("--batch-size", type=int, default=td.BATCH_SIZE)
-    ap.add_argument("--num-classes", type=int, default=td.NUM_CLASSES)
-    ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--iters", type=int, default=20)
-    ap.add_argument("--lr", type=float, default=td.LR)
-    ap.add_argument("--seed", type=int, default=td.SEED)
-    ap.add_argument("--no-amp", dest="amp", action="store_false")
-    ap.add_argument("--json", action="store_true")
-    args = ap.parse_args(argv)
-    if args.iters < 1 or args.warmup < 0:
-        print("detector_stages: --iters must be >= 1 and --warmup >= 0", file=sys.stderr)
-        return 2
-    report = run(args)
-    if args.json:
-        print(json.dumps(report, indent=1))
-        return 0
-    for fw, side in report["frameworks"].items():
-        if "skipped" in side:
-            print(f"{fw}: skipped: {side['skipped']}")
-            continue
-        print(f"{fw}:")
-        for name, d in side["stages"].items():
-            print(f"  {name:16s} " + "  ".join(f"{k} {v:9.2f}" for k, v in d.items()))
+    ap = harness.parser(__doc__.splitlines()[0], warmup=5, iters=20)
+    args = harness.parse_args(ap, argv, "detector_stages")
+    print_report(run(args), as_json=args.json, lines=_lines)
     return 0
+
+
+def print_report(report: dict, *, as_json: bool, lines: Callable[[str, dict], list[str]]) -> None:
+    """A run_sides report as JSON, or as text: per side, `lines(name, side)` or why it was skipped."""
+    if as_json:
+        print(json.dumps(report, indent=1))
+        return
+    for fw, side in report["frameworks"].items():
+        print("\n".join([f"{fw}: skipped: {side['skipped']}"] if "skipped" in side else lines(fw, side)))
+
+
+def _lines(fw: str, side: dict) -> list[str]:
+    return [f"{fw}:", *(f"  {name:16s} " + "  ".join(f"{k} {v:9.2f}" for k, v in d.items())
+                        for name, d in side["stages"].items())]
 
 
 if __name__ == "__main__":

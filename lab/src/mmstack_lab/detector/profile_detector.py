@@ -13,15 +13,14 @@ The same steps as mmstack_lab.detector.bench_detector (same batch, model set-up,
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import sys
 import time
+from typing import Any
 
-from mmstack_lab.detector import bench_detector as bd
+from mmstack_lab.detector import bench_detector as bd, harness
 
-td = bd.td
 # Kernels of the detection ops either library brings (mmcv: roi_align_forward_cuda_kernel,
 # nms_cuda, modulated_deformable_im2col_gpu_kernel, ...; torchvision: vision::ops::...).
 DETECTION_OP = re.compile(r"roi_align|roi_pool|nms|deformable|deform_|im2col|col2im|vision::ops", re.I)
@@ -33,13 +32,13 @@ def profile_step(step, *, warmup: int, iters: int, device: str) -> dict:
 
     for _ in range(warmup):
         step()
-    bd._sync(device)
+    harness.sync(device)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.startswith("cuda") else [])
     with profile(activities=activities) as prof:
         start = time.perf_counter()
         for _ in range(iters):
             step()
-        bd._sync(device)
+        harness.sync(device)
         wall = time.perf_counter() - start
     kernels: dict[str, list[float]] = {}
     cpu_ops: dict[str, float] = {}
@@ -74,11 +73,9 @@ def profile_step(step, *, warmup: int, iters: int, device: str) -> dict:
 def run(args) -> dict:
     import torch
 
-    if args.image_size is None:
-        args.image_size = td.GPU_IMAGE_SIZE if args.device.startswith("cuda") else td.CPU_IMAGE_SIZE
-    samples = td.synthetic_batch(image_size=args.image_size, batch_size=args.batch_size,
-                                 num_classes=args.num_classes, seed=args.seed)
-    sides = {}
+    harness.require_device(args, "profile_detector")
+    samples = harness.synthetic_batch(args)
+    sides: dict[str, dict[str, Any]] = {}
     makers = {
         "mmdet": lambda: bd.mmdet_step(args, samples)[1],
         "torchvision-matched": lambda: bd.torchvision_step(args, samples, "matched")[1],
@@ -101,35 +98,16 @@ def run(args) -> dict:
                                                   "gpu_idle_ms_per_iter")}
     return {
         "what": "torch.profiler over training iterations; mmdet - torchvision per iteration in 'gap'",
-        "device": args.device,
-        "device_name": torch.cuda.get_device_name(args.device) if args.device.startswith("cuda") else "cpu",
-        "model": args.model, "image_size": args.image_size, "batch_size": args.batch_size,
-        "amp": args.amp and args.device.startswith("cuda"), "warmup": args.warmup,
+        **harness.setting(args),
         "versions": {"torch": torch.__version__},
         "results": sides, "gap_mmdet_minus_torchvision": gap,
     }
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--device", default="cuda")
-    ap.add_argument("--model", default="faster-rcnn")
-    ap.add_argument("--image-size", type=int, default=None)
-    ap.add_argument("--batch-size", type=int, default=td.BATCH_SIZE)
-    ap.add_argument("--num-classes", type=int, default=td.NUM_CLASSES)
-    ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--iters", type=int, default=10)
-    ap.add_argument("--lr", type=float, default=td.LR)
-    ap.add_argument("--seed", type=int, default=td.SEED)
-    ap.add_argument("--no-amp", dest="amp", action="store_false")
-    ap.add_argument("--json", action="store_true")
-    args = ap.parse_args(argv)
-    real_stdout = sys.stdout
-    sys.stdout = sys.stderr  # mmengine logs to stdout
-    try:
-        report = run(args)
-    finally:
-        sys.stdout = real_stdout
+    ap = harness.parser(__doc__.splitlines()[0], warmup=5, iters=10)
+    args = harness.parse_args(ap, argv, "profile_detector")
+    report = harness.quiet_stdout(run, args, quiet=True)  # the report is JSON with or without --json
     print(json.dumps(report, indent=2))
     return 0
 
