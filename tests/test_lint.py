@@ -3,12 +3,18 @@ pyproject.toml's [tool.ruff.lint] and [tool.mypy]."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -27,8 +33,17 @@ def test_ruff_finds_nothing():
 
 
 def test_mypy_finds_nothing(tmp_path):
-    # `python -m mypy` with this interpreter checks against the packages installed beside it.
+    # `python -m mypy` with this interpreter checks against the packages installed beside it; with no
+    # paths it checks [tool.mypy]'s `files`: src/mmstack and the lab (lab/src/mmstack_lab).
     _tool("mypy")
-    proc = subprocess.run([sys.executable, "-m", "mypy", "--cache-dir", str(tmp_path), "src/mmstack"], cwd=ROOT,
+    proc = subprocess.run([sys.executable, "-m", "mypy", "--cache-dir", str(tmp_path)], cwd=ROOT,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    # every .py file under `files` but those `exclude` names was in the run (the lab's too)
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mypy"]
+    excluded = [re.compile(x) for x in config.get("exclude", [])]
+    expected = [p for d in config["files"] for p in (ROOT / d).rglob("*.py")
+                if not any(x.search(p.relative_to(ROOT).as_posix()) for x in excluded)]
+    assert "lab/src/mmstack_lab" in config["files"]
+    checked = re.search(r"(?:checked|found in) (\d+) source files", proc.stdout)  # "Success: no issues found in N ..."
+    assert checked and int(checked[1]) == len(expected), proc.stdout[-2000:]
