@@ -4,7 +4,7 @@
 
 Results record no machine paths: the GPU proof (mmstack_lab.proof.run) works under $WORK (/tmp/gp), writes to
 $RES (/tmp/res) and runs from the checkout ($ROOT); logs and JSON name them as those variables.
-The test cache under a home directory (tests/support/bootstrap.py) is $MMSTACK_TEST_CACHE, any
+The test cache under a home directory (mmstack_lab.standin.bootstrap) is $MMSTACK_TEST_CACHE, any
 other home directory $HOME. lab/tests/test_results_paths.py fails on a path that slipped through.
 Then every log over result_logs.LIMIT becomes NAME.log.xz (mmstack_lab.common.result_logs).
 """
