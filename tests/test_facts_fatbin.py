@@ -407,3 +407,47 @@ def test_package_verdict_is_the_worst_bundles_and_names_it(mixed_so):
     assert f"1 of 2 kernel bundles have no code for 9.0: {failing[0]['label']} (_Z3subPfPKfi" in a["reason"]
     code, a = _check("A100", mixed_so)  # both bundles carry sm_80; the stub is not judged
     assert (code, a["verdict"]) == (0, "native") and "kernel bundles" not in a["reason"]
+
+
+# -- NVIDIA's own lister agrees: cuobjdump (the pinned nvidia-cuda-cuobjdump wheel of the test extra) --
+
+def _cuobjdump():
+    from mmstack_lab.arch.vendor_check import find_cuobjdump
+
+    tool = find_cuobjdump()
+    if tool is None:
+        pytest.skip("no cuobjdump: pip install the test extra (nvidia-cuda-cuobjdump)")
+    return tool
+
+
+@pytest.mark.parametrize("name", [n for n in TARGETS if n != "rdc_object"])
+def test_every_entry_is_what_cuobjdump_lists(built, name):
+    from mmstack_lab.arch.vendor_check import mmstack_entries, vendor_entries
+
+    tool, path = _cuobjdump(), _object(built, name)
+    theirs = vendor_entries(tool, path)
+    assert theirs, f"cuobjdump listed nothing in {name}"
+    # the same (kind, arch) entries, as many of each (cuobjdump drops a family cubin's 'f': sm_100 for 10.0f)
+    assert mmstack_entries(path) == theirs
+    _flags, sass, ptx, _new = TARGETS[name]
+    assert {a for (k, a) in theirs if k == "sass"} == {a.removesuffix("f") for a in sass}
+    assert {a for (k, a) in theirs if k == "ptx"} == {a.removesuffix("f") for a in ptx}
+
+
+def test_a_linked_object_with_a_device_link_stub_agrees_with_cuobjdump(mixed_so):
+    from mmstack_lab.arch.vendor_check import mmstack_entries, vendor_entries
+
+    theirs = vendor_entries(_cuobjdump(), mixed_so)
+    assert mmstack_entries(mixed_so) == theirs and sum(theirs.values()) >= 3
+
+
+def test_an_object_without_cuda_code_lists_nothing_for_either(tmp_path):
+    from mmstack_lab.arch.vendor_check import mmstack_entries, vendor_entries
+
+    if shutil.which("gcc") is None:
+        pytest.skip("no gcc")
+    src = tmp_path / "plain.c"
+    src.write_text("int f(void) { return 1; }\n")
+    so = tmp_path / "plain.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", str(src), "-o", str(so)], check=True)
+    assert not vendor_entries(_cuobjdump(), so) and not mmstack_entries(so)
