@@ -3,6 +3,8 @@
 A path is dotted keys and list indices into one JSON document ("ops", "median.total_s",
 "levels.3.seconds"); a format is a str.format spec or a function of the value. A missing value
 renders as "-", never as a guess. `RESULTS` is read at each call (tests point it at a copy).
+A source under `tests/data/` is a committed fixture a real tool's run recorded (its command and
+versions in its header), read from the repository as it is.
 
 A JSON result is a `Doc`: a JSON object whose values are whatever JSON holds (typed `Any`, as
 `json.loads` types them: the table that reads a field is where its shape is known). Text results
@@ -16,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from mmstack_lab.paths import RESULTS
+from mmstack_lab.paths import RESULTS, ROOT
 
 MISSING = "-"
 
@@ -28,9 +30,16 @@ Body = tuple[list[str], Sequence[Sequence[object]]]
 
 # -- reading results -------------------------------------------------------------------------------
 
+FIXTURES = "tests/data/"
+
+
+def _where(rel: str):
+    return ROOT / rel if rel.startswith(FIXTURES) else RESULTS / rel
+
+
 def load(rel: str) -> Doc:
     """A JSON result (every result file is one JSON object); ValueError where the file is not one."""
-    doc = json.loads((RESULTS / rel).read_text())
+    doc = json.loads(_where(rel).read_text())
     if not isinstance(doc, dict):
         raise ValueError(f"lab/results/{rel}: a result file holds one JSON object, this one holds a {type(doc).__name__}")
     return doc

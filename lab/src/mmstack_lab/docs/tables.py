@@ -917,7 +917,22 @@ def _unit_cpu_over(base: str, _doc: Doc) -> float:
     return _build(_FAT3)["compile"]["unit_cpu_s"] / _build(base)["compile"]["unit_cpu_s"]
 
 
+_CB = "tests/data/conda_build_build/comparison.json"  # the real conda-build's build, recorded
+
+
+def _cb_upstream(doc: Doc) -> str:
+    u = doc["tests"]["conda_build"]["upstream"]
+    return f"{u['passed']} passed, {u['failed']} failed, {u['skipped']} skipped"
+
+
 VALUES: dict[str, Value] = {
+    "cb-build-seconds": Value(_CB, "build_seconds"),
+    "cb-rattler-seconds": Value(_CB, "rattler_build_seconds"),
+    "cb-ext-bytes": Value(_CB, "packages.conda_build.ext_size", spec="{:,}"),
+    "cb-rattler-ext-bytes": Value(_CB, "packages.rattler_build.ext_size", spec="{:,}"),
+    "cb-package-mb": Value(_CB, compute=lambda d: _mb(d["packages"]["conda_build"]["size"])),
+    "cb-rattler-package-mb": Value(_CB, compute=lambda d: _mb(d["packages"]["rattler_build"]["size"])),
+    "cb-upstream": Value(_CB, compute=_cb_upstream),
     "ci-cpu-hours": Value(_cost_sources()[0], spec="{:.1f}", compute=_ci_hours),
     "e2e-py313-passed": Value("cpu-dev/e2e_py313_cpu.json", "upstream_tests.counts.passed"),
     "e2e-py313-failed": Value("cpu-dev/e2e_py313_cpu.json", "upstream_tests.counts.failed"),
