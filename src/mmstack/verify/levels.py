@@ -21,26 +21,37 @@ class Level:
     title: str  # what the table prints beside the id
     needs: str | None  # the level that must pass (or skip) first, when both are asked for
     parts: tuple[str, ...]  # what the child runs for it, in order; each part a function of the child
-    checks: str  # one line for the docs and --help: what the level proves
+    checks: str  # what the level proves: README's ladder table is these rows (tests/test_verify_levels.py)
 
 
 TABLE = (
     Level("L1", "import", None, ("L1",), "`import mmcv`: version and location"),
     Level("L2", "CUDA", "L1", ("L2",),
-          "GPU(s), driver against torch's CUDA, the ext's archs (read from the .so) against the GPU"),
+          "CUDA visible, driver vs runtime (incl. minor-version compatibility), GPU arch covered by "
+          "the SASS/PTX inside `mmcv._ext`"),
     Level("L3", "ops load", "L1", ("L3", "L3-info"),
-          "mmcv._ext and mmcv.ops import, every DT_NEEDED library loads; then get_compiler_version, "
-          "get_compiling_cuda_version and collect_env (they segfault when the ext and torch disagree "
-          "on compiler or ABI), in a part of their own"),
+          "`mmcv._ext` and every library it needs load; the glibc its symbols need is not newer "
+          "than the `__glibc` its conda package declares; `mmcv.ops` imports; "
+          "`get_compiler_version()`, `collect_env()` run"),
     Level("L4", "ops run", "L3", ("L4",),
-          "ops against known values, mmcv's CPU kernel (on a GPU) and torchvision: the quick set, or "
-          "with --l4 complete every op mmcv.ops exports, each with what it was compared with"),
+          "roi_align, nms, box_iou_rotated, deform_conv (and a 3D op) give correct numbers (against "
+          "known values, the CPU kernel on a GPU, and torchvision when it imports); `--l4 complete` "
+          "runs every op `mmcv.ops` exports and says per op what it was compared with (CPU kernel, "
+          "torch/torchvision reference, known values) or that it was run only or skipped, and why"),
     Level("L5", "train", "L4", ("L5", "L5-detector"),
-          "a few optimiser steps of a tiny DeformConv2d + RoIAlign model (the loss must fall); "
-          "--model's detectors in a part of their own, --nproc's ranks under torchrun"),
+          "a few training steps of a tiny model built from mmcv ops; the loss falls. `--model "
+          "faster-rcnn[,faster-rcnn-mdconv,faster-rcnn-dconv]` adds MMDetection detectors (random "
+          "weights, synthetic images, [docs/mmdet.md](docs/mmdet.md)); `--nproc N` adds the step "
+          "under torchrun on N ranks: NCCL on N GPUs with mmcv's SyncBN, gloo on the CPU "
+          "([docs/distributed.md](docs/distributed.md))"),
     Level("L6", "checkpoints", "L4", ("L6",),
-          "that model (and --model's detectors) through mmengine's Runner: saved, loaded, resumed, "
-          "tested and fine-tuned from, each in a fresh process"),
+          "checkpoints through mmengine's `Runner`, each step in a fresh process: saved, loaded "
+          "into a new model (same predictions), resumed (iteration, optimizer, learning rate and "
+          "losses continue), tested from the file as `tools/test.py` does, fine-tuned from an mmcv "
+          "1.x-era model-zoo-shaped file; with `--model`, the detectors too "
+          "([docs/mmdet.md](docs/mmdet.md#checkpoints-train-save-test-resume-fine-tune-l6)). Fails, "
+          "naming the fix, on an mmengine that cannot load its own checkpoints on torch >= 2.6 "
+          "(conda-forge's 0.10.7); mmstack ships one that can (`recipes/mmengine`)"),
 )
 
 # Parts the parent asks for only when an option asks: part -> the option.
