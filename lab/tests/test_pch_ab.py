@@ -87,3 +87,22 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
         text=True,
     )
     assert run.returncode == 2 and len(run.stderr.strip().splitlines()) == 1 and "--src" in run.stderr
+
+
+PATCH = ROOT / "recipes" / "mmcv" / "proposed" / "0015-precompile-cpp-helper.patch"
+
+
+@pytest.mark.skipif(shutil.which("patch") is None, reason="GNU patch is not installed")
+def test_0015_applies_on_top_of_the_recipes_patches_without_fuzz(tmp_path):
+    from mmstack_lab.standin.offline import patched_sdist
+
+    work = patched_sdist("mmcv", tmp_path, extra=(PATCH,))  # the recipe's patches, then 0015, --fuzz=0
+    text = (work / "setup.py").read_text()
+    compile(text, "setup.py", "exec")
+    assert "def precompile_cpp_helper(" in text and "gch = precompile_cpp_helper(self.compiler, sources" in text
+    assert "os.remove(gch)" in text and "'-x', 'c++-header'" in text
+    # the header it precompiles is the one the C++ units include first, and a .gch never ships
+    assert (work / HEADER).is_file()
+    assert ".gch" not in (work / "MANIFEST.in").read_text()
+    # a build-only patch: no `patch_ab:` line, so the proof's patchab stage leaves it to --proposed builds
+    assert not any(line.startswith("patch_ab:") for line in PATCH.read_text().splitlines())
