@@ -7,6 +7,7 @@ and exit 2.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -84,3 +85,18 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
             text=True,
         )
         assert run.returncode == 2 and len(run.stderr.strip().splitlines()) == 1
+
+
+def test_committed_diet_ab_agrees_with_itself_and_names_its_patch():
+    res = Path(__file__).resolve().parents[1] / "results" / "cpu-dev" / "build-unit-anatomy"
+    doc = json.loads((res / "cu_helper_diet_ab.json").read_text())
+    assert (res / doc["patch"]).is_file()  # the prototype's diff lies beside its A/B
+    rows = doc["units"]
+    a = sum(r["median_A_s"] for r in rows.values())
+    b = sum(r["median_B_s"] for r in rows.values())
+    assert doc["summary"]["saving"] == round(1 - b / a, 3) and b < a
+    assert doc["summary"]["all_identical_bytes"] is False  # same code, not the same bytes (README)
+    for row in rows.values():
+        assert len(row["cpu_s"]["A"]) == len(row["cpu_s"]["B"]) == doc["order"].count("A")
+    text = (res / "cu_helper_diet_ab.json").read_text()
+    assert "/tmp/" not in text and "/root/" not in text and "/usr/" not in text
