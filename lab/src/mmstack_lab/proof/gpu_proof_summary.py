@@ -23,9 +23,14 @@ from typing import Any
 
 from mmstack_lab.common.result_logs import log_exists, read_log
 
-STAND_IN_NOTE = ("Built by the real rattler-build engine from recipes/mmcv, against a STAND-IN channel "
-                 "(tests/support/bootstrap_cuda.py) assembled on the device from its own CPython, torch, "
-                 "nvidia-* libraries and CUDA toolkit: conda-forge is not reachable there.")
+# runs before the stand-in builders moved into the lab name no builder in their standin.json
+_OLD_BUILDER = "tests/support/bootstrap_cuda.py"
+
+
+def stand_in_note(built_by: str | None) -> str:
+    return ("Built by the real rattler-build engine from recipes/mmcv, against a STAND-IN channel "
+            f"({built_by or _OLD_BUILDER}) assembled on the device from its own CPython, torch, "
+            "nvidia-* libraries and CUDA toolkit: conda-forge is not reachable there.")
 
 
 def _json(path: Path):
@@ -193,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     standin = _json(res / "standin.json") or {}
     summary = {
         "what": _what(machine),
-        "stand_in": STAND_IN_NOTE,
+        "stand_in": stand_in_note(standin.get("built_by")),
         "run": res.name,
         "machine": [line for line in machine.splitlines() if line.strip()],
         "stand_in_channel": {k: standin.get(k) for k in ("python", "base_python", "torch", "torch_cuda", "toolkit", "nvcc",

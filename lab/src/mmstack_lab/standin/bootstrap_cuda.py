@@ -81,6 +81,9 @@ NVCC_BIN = ("nvcc", "nvcc.profile", "ptxas", "fatbinary", "nvlink", "cudafe++", 
 Log = bootstrap.Log
 
 
+# what the proof's summary names as the stand-in's builder (run as `python -m ...` or imported)
+_BUILT_BY = __spec__.name if __spec__ is not None else "mmstack_lab.standin.bootstrap_cuda"
+
 def about(what: str) -> dict:
     return {"summary": f"{STAND_IN}: {what}",
             "description": f"{STAND_IN}. Not the conda-forge package of this name: {what}. "
@@ -131,7 +134,8 @@ def build_channel(dest: Path, *, wheel_dir: Path | None = None, log: Log = print
         ({"file": f"{p.parent.name}/{p.name}", "bytes": p.stat().st_size} for p in dest.glob("*/*.conda")),
         key=lambda d: str(d["file"]))
     summary = {
-        "channel": str(dest), "stand_in": True, "python": sys.version.split()[0], "base_python": _base_python(),
+        "channel": str(dest), "stand_in": True, "built_by": _BUILT_BY,
+        "python": sys.version.split()[0], "base_python": _base_python(),
         "torch": torch_dist.version, "torch_cuda": cuda_version, "toolkit": str(toolkit),
         "nvcc": _nvcc_version(toolkit), "cuda_distributions": cuda_dists, "left_out": sorted(LEFT_OUT),
         "seconds": round(time.monotonic() - started, 1), "step_seconds": timings, "packages": packages,
