@@ -100,3 +100,20 @@ def test_committed_diet_ab_agrees_with_itself_and_names_its_patch():
         assert len(row["cpu_s"]["A"]) == len(row["cpu_s"]["B"]) == doc["order"].count("A")
     text = (res / "cu_helper_diet_ab.json").read_text()
     assert "/tmp/" not in text and "/root/" not in text and "/usr/" not in text
+
+
+@pytest.mark.skipif(
+    shutil.which("patch") is None or not (CUDA_HOME / "bin" / "nvcc").is_file(), reason="needs nvcc and GNU patch"
+)
+def test_a_cu_patch_that_changes_no_code_is_judged_same_code(tmp_path):
+    root = tree(tmp_path / "src")
+    (root / "mmcv" / "ops" / "csrc" / "pytorch" / "k.cu").write_text(
+        "// one\n__global__ void twice(float* x) { x[threadIdx.x] *= 2.f; }\n"
+    )
+    patch = tmp_path / "comment.patch"
+    patch.write_text(
+        "--- a/mmcv/ops/csrc/pytorch/k.cu\n+++ b/mmcv/ops/csrc/pytorch/k.cu\n@@ -1,2 +1,2 @@\n-// one\n+// two\n __global__ void twice(float* x) { x[threadIdx.x] *= 2.f; }\n"
+    )
+    row = ab(root, patch, ["pytorch/k.cu"], tools(tmp_path), "90", rounds=1)["units"]["pytorch/k.cu"]
+    # nvcc's objects differ in their tmpxft temp name only, which same_code sets aside
+    assert row["same_code_and_data"] is True
