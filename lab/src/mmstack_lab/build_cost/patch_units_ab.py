@@ -12,7 +12,6 @@ objects are compared byte for byte, else by disassembly and section contents.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
@@ -22,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 from mmstack_lab.build_cost.pch_ab import same_code
-from mmstack_lab.build_cost.unit_anatomy import Failed, command, cpu_run, nvcc_env, toolchain, versions
+from mmstack_lab.build_cost.unit_anatomy import Failed, command, cpu_run, emit, nvcc_env, toolchain, versions
 
 
 def compile_unit(tree: Path, unit: str, obj: Path, tools: dict[str, str], arch: str) -> float:
@@ -105,14 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"patch_units_ab: {exc}", file=sys.stderr)
         return 2
     data = {"versions": versions(args.torch_python, args.cuda_home), **data}
-    text = json.dumps(data, indent=2)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        tmp = args.json.with_suffix(".tmp")
-        tmp.write_text(text + "\n")
-        tmp.replace(args.json)
-    else:
-        print(text)
+    emit(data, args.json)
     return 0
 
 

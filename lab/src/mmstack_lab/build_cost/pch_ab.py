@@ -15,7 +15,6 @@ differ, by their disassembly and section contents (objdump -d, objdump -s).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import shutil
@@ -25,7 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from mmstack_lab.build_cost.unit_anatomy import Failed, command, cpu_run, toolchain, versions
+from mmstack_lab.build_cost.unit_anatomy import Failed, command, cpu_run, emit, toolchain, versions
 
 HEADER = Path("mmcv/ops/csrc/common/pytorch_cpp_helper.hpp")
 
@@ -152,14 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"pch_ab: {exc}", file=sys.stderr)
         return 2
     data = {"versions": versions(args.torch_python, args.cuda_home), **data}
-    text = json.dumps(data, indent=2)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        tmp = args.json.with_suffix(".tmp")
-        tmp.write_text(text + "\n")
-        tmp.replace(args.json)
-    else:
-        print(text)
+    emit(data, args.json)
     return 0
 
 

@@ -239,6 +239,19 @@ def summary(result: dict) -> dict:
     return out
 
 
+def emit(data: dict, path: Path | None) -> None:
+    """The result as JSON: written whole to PATH (through a temp file, so a killed run leaves none
+    half-written), or printed."""
+    text = json.dumps(data, indent=2)
+    if path is None:
+        print(text)
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text + "\n")
+    tmp.replace(path)
+
+
 def versions(python: str, cuda_home: Path) -> dict[str, str]:
     def first(cmd: list[str], pattern: str) -> str:
         out = subprocess.run(cmd, capture_output=True, text=True).stdout
@@ -279,14 +292,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"unit_anatomy: {exc}", file=sys.stderr)
         return 2
     data = {"arch": args.arch, "versions": versions(args.torch_python, args.cuda_home), **data}
-    text = json.dumps(data, indent=2)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        tmp = args.json.with_suffix(".tmp")
-        tmp.write_text(text + "\n")
-        tmp.replace(args.json)
-    else:
-        print(text)
+    emit(data, args.json)
     return 0
 
 
