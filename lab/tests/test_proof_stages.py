@@ -95,6 +95,34 @@ def test_unknown_stage_on_the_command_line_is_one_line_exit_2(tmp_path):
     assert proc.stderr.strip().splitlines() == [proc.stderr.strip()] and "unknown stage(s) sm91" in proc.stderr
 
 
+def test_without_drops_an_option_and_its_value_in_either_spelling():
+    argv = ["--where", "gpu", "--carry", "../.carry", "--stages", "a b", "--start=560", "--ptx-arch", "8.9"]
+    assert driver._without(argv, "--start", "--carry") == ["--where", "gpu", "--stages", "a b", "--ptx-arch", "8.9"]
+
+
+def test_a_detached_run_works_from_its_own_copy_of_the_tree_and_the_carry(tmp_path):
+    """--start copies the checkout and the carry's parts under WORK and runs from there: the device
+    tool replaces the checkout on every later call (recipe-run10 on the H100 lost two stages to it)."""
+    carry, res, work = tmp_path / "carry", tmp_path / "res", tmp_path / "w"
+    (carry / "packages").mkdir(parents=True)
+    (carry / "packages" / "x-1-0.conda").write_bytes(b"x")
+    (carry / "site.tar.xz").write_bytes(b"")
+    (carry / "unrelated.txt").write_text("not a part the stages read")
+    env = {**__import__("os").environ, "SKIP_PIP": "1", "PYTHONPATH": str(ROOT / "lab" / "src")}
+    proc = subprocess.run([sys.executable, "-m", "mmstack_lab.proof.run", "--where", "gpu", "--rehearse", "--stages",
+                           "ckpt", "--carry", str(carry), "--res", str(res), "--work", str(work), "--start", "120"],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "--- done=yes" in proc.stdout, proc.stdout
+    assert "FAIL plan: ckpt needs" in (res / "STATUS").read_text()
+    tree = work / "tree"
+    assert (tree / "lab" / "src" / "mmstack_lab" / "proof" / "run.py").read_bytes() == \
+        (ROOT / "lab" / "src" / "mmstack_lab" / "proof" / "run.py").read_bytes()
+    assert not (tree / ".git").exists()
+    assert sorted(p.name for p in (work / "carry").iterdir()) == ["packages", "site.tar.xz"]
+    assert (work / "carry" / "packages" / "x-1-0.conda").read_bytes() == b"x"
+
+
 def test_gpu_time_adds_up_the_runs_own_timed_files():
     """recipe-run9 built and tested on the H200: the GPU machine's seconds are its timed.py files' sum."""
     import json

@@ -37,6 +37,7 @@ from mmstack_lab.proof.stages import BY_NAME, CPU_DEFAULT, GPU_DEFAULT, plan
 
 ROOT = Path(__file__).resolve().parents[4]
 DETACHED_LOG = "/tmp/gpu-proof.out"
+CARRIED = ("wheels", "sdist", "site.tar.xz", "packages")  # the carry's parts the stages read
 
 
 def _has_gpu() -> bool:
@@ -111,6 +112,45 @@ def execute(r: Run, names: list[str], *, packages_to: Path | None = None, rehear
     return rc_all
 
 
+def _without(argv: list[str], *options: str) -> list[str]:
+    """argv less each named option and its value (`--opt V` or `--opt=V`)."""
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a in options:
+            skip = True
+        elif not a or a.split("=", 1)[0] in options:
+            continue
+        else:
+            out.append(a)
+    return out
+
+
+def _stable_copy(r: Run) -> tuple[Path, Path]:
+    """The checkout and the carry, copied to WORK/tree and WORK/carry for a detached run.
+
+    The device tool copies the working tree (and every carried path) afresh on each call, so a
+    later `--collect` call replaces the directory a detached run started from: its cwd is then a
+    deleted directory, and each process it starts after that fails (rattler's "Could not retrieve
+    the current directory", oneMKL's "Cannot load libtorch_cpu.so"; both seen on the H100,
+    lab/results/h100/recipe-run10). A copy outside the checkout is left alone by later calls.
+    """
+    tree, carry = r.work / "tree", r.work / "carry"
+    for dst in (tree, carry):
+        shutil.rmtree(dst, ignore_errors=True)
+    r.work.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(r.root, tree, symlinks=True, ignore=shutil.ignore_patterns(".git", "__pycache__", ".venv", ".carry*", ".gpu-tree*", ".*_cache"))
+    carry.mkdir()
+    for name in CARRIED:  # what the stages read from the carry, nothing else of the folder it is in
+        src = r.carry / name
+        if src.is_dir():
+            shutil.copytree(src, carry / name, symlinks=True)
+        elif src.is_file():
+            shutil.copy2(src, carry / name)
+    return tree, carry
+
+
 def _collect(r: Run, seconds: float) -> int:
     until = time.monotonic() + seconds
     while not (r.res / "DONE").exists() and time.monotonic() < until:
@@ -149,11 +189,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.start is not None:
         shutil.rmtree(r.res, ignore_errors=True)
         r.res.mkdir(parents=True)
-        cmd = [sys.executable, "-m", "mmstack_lab.proof.run", *[a for a in (argv or sys.argv[1:]) if a]]
-        i = cmd.index("--start")
-        del cmd[i:i + 2]
+        tree, carry = _stable_copy(r)
+        cmd = [sys.executable, "-m", "mmstack_lab.proof.run", *_without(argv or sys.argv[1:], "--start", "--carry"),
+               "--carry", str(carry)]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree / "lab" / "src"),
+                                                             *filter(None, [os.environ.get("PYTHONPATH", "")])])}
         with open(DETACHED_LOG, "w") as log:
-            subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+            subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                             cwd=tree, env=env)
         r.out = out
         return _collect(r, args.start)
     r.res.mkdir(parents=True, exist_ok=True)
