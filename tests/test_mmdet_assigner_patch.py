@@ -1,4 +1,4 @@
-"""Issue 24 item 2: proposed mmdet patch 0004 (recipes/mmdet/proposed/) assigns MaxIoUAssigner's
+"""Issue 24 item 2: proposed mmdet patch 0005 (0004 until patches/0004 took the number) (recipes/mmdet/proposed/) assigns MaxIoUAssigner's
 positives, low-quality matches and labels on the device, without reading back to the host per
 ground-truth box.
 
@@ -24,7 +24,7 @@ from mmstack_lab.ops import patch_ab
 from mmstack_lab.standin.offline import patched_sdist
 
 ROOT = Path(__file__).resolve().parents[1]
-PATCH = ROOT / "recipes" / "mmdet" / "proposed" / "0004-max-iou-assigner-on-the-device.patch"
+PATCH = ROOT / "recipes" / "mmdet" / "proposed" / "0005-max-iou-assigner-on-the-device.patch"
 CPU = ROOT / "lab" / "results" / "cpu-dev"
 
 ASSIGN = r"""
