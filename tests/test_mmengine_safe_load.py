@@ -223,3 +223,20 @@ def test_L6_is_a_level_of_the_ladder_and_model_extends_it():
     assert ladder.parse_levels("L6") == ("L6",)
     with pytest.raises(Exception, match="--model extends L5 and L6"):
         ladder.run_ladder(levels=("L1",), models=("faster-rcnn",))
+
+
+def test_a_cpu_cycle_hides_the_gpus_from_mmengines_runner_and_a_cuda_one_does_not():
+    """mmengine's Runner moves the model to get_device(): on the H100 (recipe-run10) the CPU cycle's
+    Runner phases ran on the GPU and its bare load on the CPU, so their predictions differed."""
+    base = {"PATH": "/usr/bin", "CUDA_VISIBLE_DEVICES": "0"}
+    assert checkpoint_cycle.phase_env("cpu", base) == {"PATH": "/usr/bin", "CUDA_VISIBLE_DEVICES": "-1"}
+    assert checkpoint_cycle.phase_env("cuda", base) == base
+    assert checkpoint_cycle.phase_env("cuda:0", {"PATH": "/usr/bin"}) == {"PATH": "/usr/bin"}
+
+
+def test_a_model_the_runner_put_elsewhere_fails_the_phase_by_name():
+    import torch
+
+    net = torch.nn.Linear(2, 1)
+    assert checkpoint_cycle._misplaced(net, "cpu") == ""
+    assert checkpoint_cycle._misplaced(net, "cuda") == "mmengine's Runner put the model on cpu, not cuda"

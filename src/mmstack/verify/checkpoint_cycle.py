@@ -21,7 +21,8 @@ iteration agree to CUDA_RTOL, since mmcv's and torch's backward kernels add with
 update of iteration 3 differs in the last bits from run to run (on the H200: 1.1e-3 and 2.1e-4
 relative at iteration 4 for the two Faster R-CNNs, 0 for the toy model). The first resumed
 iteration depends only on what the checkpoint restored and must match bit for bit everywhere. CPU
-phases run on one thread, so no reduction order depends on the machine's core count.
+phases run on one thread, so no reduction order depends on the machine's core count, and with the
+GPUs hidden (CUDA_VISIBLE_DEVICES=-1), since mmengine's Runner would otherwise move the model to one.
 
 Run by path in the environment under test (stdlib only at import; torch, mmengine, mmcv and mmdet
 inside the functions), by the ladder's child or from a recipe test:
@@ -301,9 +302,20 @@ def _close(a: dict | list | float, b: dict | list | float, exact: bool) -> tuple
     return (worst == 0.0 if exact else worst <= CUDA_RTOL), worst
 
 
+def _misplaced(net: Any, device: str) -> str:
+    """Why the Runner's model is not on the device asked for ('' when it is)."""
+    import torch
+
+    where = next(net.parameters()).device.type
+    want = torch.device(device).type
+    return "" if where == want else f"mmengine's Runner put the model on {where}, not {want}"
+
+
 def phase_train(model: str, device: str, work: Path) -> dict:
     log: list = []
     runner = _runner(model, device, work, name="train", seed=SEED, custom_hooks=[_recorder(log)])
+    if wrong := _misplaced(runner.model, device):
+        return {"passed": False, "reason": wrong}
     runner.train()
     iters = [r for r in log if "iter" in r]
     files = sorted(p.name for p in (work / "train").glob("iter_*.pth"))
@@ -340,6 +352,8 @@ def phase_resume(model: str, device: str, work: Path) -> dict:
     ckpt = work / "train" / f"iter_{CKPT_INTERVAL}.pth"
     runner = _runner(model, device, work, name="resume", seed=SEED + 1, custom_hooks=[_recorder(log)],
                      resume=True, load_from=str(ckpt))
+    if wrong := _misplaced(runner.model, device):
+        return {"passed": False, "reason": wrong}
     runner.train()
     start = log[0]
     saved = _load_checkpoint(str(ckpt), map_location="cpu")
@@ -370,6 +384,8 @@ def phase_resume(model: str, device: str, work: Path) -> dict:
 
 def phase_test(model: str, device: str, work: Path) -> dict:
     runner = _runner(model, device, work, name="test", seed=SEED + 1, load_from=str(work / "train" / "iter_4.pth"))
+    if wrong := _misplaced(runner.model, device):
+        return {"passed": False, "reason": wrong}
     tested = runner.test()
     validated = runner.val()
     want = _first_run(work)["tested"]
@@ -474,12 +490,25 @@ def run_cycle(*, model: str, device: str, python: str | None = None, work_dir: s
     return {"model": model, "device": device, "passed": not failed, "phases": phases, "reason": reason}
 
 
+def phase_env(device: str, base: dict[str, str] | None = None) -> dict[str, str]:
+    """A phase process's environment. A CPU cycle hides the GPUs: mmengine's Runner moves the model
+    to `get_device()` (cuda wherever one is visible; "Set `export CUDA_VISIBLE_DEVICES=-1` to
+    enable CPU training", runner.py), so on a GPU machine the Runner's phases (train, resume, test)
+    would run on the GPU and the bare load on the CPU, and their predictions differ in the last bits
+    (the mmengine recipe's test on the H100, recipe-run10)."""
+    env = dict(os.environ if base is None else base)
+    if not device.startswith("cuda"):
+        env["CUDA_VISIBLE_DEVICES"] = "-1"
+    return env
+
+
 def _spawn(python: str, phase: str, model: str, device: str, work: Path, timeout: float) -> dict:
     cmd = [python, str(Path(__file__).resolve()), "--phase", phase, "--model", model, "--device", device,
            "--work", str(work), "--json"]
     started = time.perf_counter()
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False,
+                              env=phase_env(device))
     except subprocess.TimeoutExpired:
         return {"passed": False, "reason": f"timed out after {timeout:.0f}s", "seconds": round(timeout, 3)}
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
