@@ -1152,3 +1152,61 @@ def _solver_selection(docs: list[Doc]) -> Body:
 TABLES["solver-selection"] = FixtureTable(
     sources=[f"{SOLVER_DATA}/{f}" for f in ("cases.json", "rattler.json", "conda.json", "pixi.json")],
     build=_solver_selection)
+
+
+# -- what the driver's JIT costs a '+PTX' build (docs/solver.md; lab/results/h100/recipe-run10) -----------------
+
+JIT_RUN = "h100/recipe-run10"
+JIT_TAGS = (("8.9+PTX (JIT on sm_90)", "sm89ptx"), ("9.0 (native)", "sm90"))
+
+
+def _jit_cost(_docs: list[Doc]) -> Body:
+    """The proof's `jit` stage: the first kernel in fresh processes and the complete L4, with the JIT
+    cache disabled (every process compiles the PTX) and with a cache the first process fills."""
+    def first_kernel(tag: str, mode: str) -> list[float]:
+        runs = load(f"{JIT_RUN}/jit_startup_{mode}_{tag}.json")["runs"]
+        return [r["first_kernel_s"] for r in (runs if mode == "cold" else runs[1:])]  # warm: after the filling run
+
+    def ms(values: list[float]) -> str:
+        return f"{statistics.median(values) * 1000:,.1f} ms (n={len(values)})"
+
+    def wall(tag: str, name: str) -> str:
+        return f"{load(f'{JIT_RUN}/jit_l4_time_{name}_{tag}.json')['wall_s']:.1f} s"
+
+    rows = [
+        ["first kernel (roi_align), JIT cache off", *(ms(first_kernel(t, "cold")) for _, t in JIT_TAGS)],
+        ["first kernel, cache warm", *(ms(first_kernel(t, "warm")) for _, t in JIT_TAGS)],
+        ["L1-L4 (L4 complete), JIT cache off", *(wall(t, "cold1") for _, t in JIT_TAGS)],
+        ["L1-L4, first run filling the cache", *(wall(t, "warm1") for _, t in JIT_TAGS)],
+        ["L1-L4, cache warm", *(wall(t, "warm2") for _, t in JIT_TAGS)],
+    ]
+    return ["", *(label for label, _ in JIT_TAGS)], rows
+
+
+TABLES["jit-cost"] = Table(
+    sources=[f"{JIT_RUN}/{kind}_{tag}.json" for _, tag in JIT_TAGS
+             for kind in ("jit_startup_cold", "jit_startup_warm", "jit_l4_time_cold1", "jit_l4_time_warm1",
+                          "jit_l4_time_warm2")],
+    build=_jit_cost)
+
+
+def _jit_test_section(docs: list[Doc]) -> Body:
+    """The '+PTX' package's whole test section (`mmstack test`) on the GPU machine, through the JIT."""
+    (doc,) = docs
+    pkg = doc["packages"][0]
+    rows = []
+    for res in pkg["test_results"]:
+        if res["kind"] == "ladder":
+            levels = ", ".join(f"{lv['level']} {lv['status']}" for lv in res["levels"])
+            rows.append(["the ladder, L4 complete, `--expect-gpu`", levels, f"{res['seconds']:.1f} s"])
+        elif res["kind"] == "upstream-tests":
+            c = res["counts"]
+            rows.append([f"upstream's `{res['path']}`",
+                         f"{c['passed']} passed, {c['failed']} failed, {c['error']} errors, {c['skipped']} skipped",
+                         f"{res['seconds']:.1f} s"])
+    rows.append([f"whole section ({len(pkg['tests'])} tests), `{pkg['build_string']}`",
+                 "passed" if pkg["passed"] else "FAILED", f"{pkg['seconds']:.1f} s"])
+    return ["test", "result", "time"], rows
+
+
+TABLES["jit-test-section"] = Table(sources=[f"{JIT_RUN}/test_mmcv_cuda130_sm89ptx.json"], build=_jit_test_section)

@@ -227,11 +227,22 @@ def _ckpt(r: Run) -> int:
     return rc
 
 
+def _gpu_name() -> str:
+    """This machine's GPU as nvidia-smi names it (the device tool lends H100s and H200s alike); H200
+    where none answers (a rehearsal)."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=60).stdout.strip().splitlines()
+    except (OSError, subprocess.TimeoutExpired):
+        out = []
+    return out[0].strip() if out else "H200"
+
+
 def _installptx(r: Run) -> int:
     tag = _ptx_tag(r)
     cuda = r.facts["cuda"]
-    r.sh(f"arch_check_{tag}", r.mm("arch", "check", "--gpu", "H200", "--arch-list", f"{r.ptx_arch}+PTX", "--cuda", cuda,
-                                   "--json"), env=r.mm_env())
+    r.sh(f"arch_check_{tag}", r.mm("arch", "check", "--gpu", _gpu_name(), "--arch-list", f"{r.ptx_arch}+PTX", "--cuda",
+                                   cuda, "--json"), env=r.mm_env())
     return _verify_prefix(r, tag, f"mmcv ==2.2.0 cuda*_{tag}_*", "mmdet", "mmstack", f"python {r.facts['python']}.*")
 
 
