@@ -249,6 +249,11 @@ def test_typing_a_gpu_name_answers_with_the_build_and_the_commands(site, browser
     assert "L1 PASS" in answer.text and "upstream 264 passed" in answer.text
 
     box.clear()
+    box.send_keys("GB10", Keys.ENTER)  # an Arm-hosted GPU: this channel has linux-64 builds only
+    assert "only comes in" in answer.text and "no linux-aarch64 mmcv yet" in answer.text
+    assert not answer.get_attribute("data-build")
+
+    box.clear()
     box.send_keys("RTX 9999", Keys.ENTER)
     assert "Unknown GPU" in answer.text and not answer.get_attribute("data-build")
 
