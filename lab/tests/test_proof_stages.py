@@ -136,3 +136,27 @@ def test_gpu_time_adds_up_the_runs_own_timed_files():
              ("standin_time.json", "build_time_noarch.json", "build_time_sm90.json", "build_time_mmdet.json")]
     assert doc["total_s"] == round(sum(walls), 1)
     assert doc["seconds"]["build+test mmengine"] is None  # not in that run: null, never a guess
+
+
+def test_gpu_time_compares_only_passing_sections_on_the_same_gpu(tmp_path):
+    """recipe-run10 (H100; sm_90 and mmdet sections did not pass) against run 9 (H200): no ratio,
+    each reason named. Two runs on one GPU with a passing section: the ratio of that package."""
+    import json
+
+    from mmstack_lab.paths import RESULTS
+    from mmstack_lab.proof import gpu_time
+
+    got = gpu_time.like_for_like(RESULTS / "h200" / "recipe-run9", RESULTS / "h100" / "recipe-run10")
+    assert got["after_over_before"] is None
+    assert got["not_compared"][0].startswith("different GPUs (NVIDIA H200 against NVIDIA H100")
+    assert "mmcv_cuda130_sm90: its test section did not pass in recipe-run10" in got["not_compared"]
+
+    b, a = tmp_path / "b", tmp_path / "a"
+    for run in (b, a):
+        run.mkdir()
+        (run / "machine.txt").write_text("NVIDIA H200, 9.0, 580.159.04, 143771 MiB\n")
+    (b / "build_time_sm90.json").write_text(json.dumps({"wall_s": 300.0}))
+    (a / "test_time_mmcv_cuda130_sm90.json").write_text(json.dumps({"wall_s": 105.0}))
+    (a / "test_mmcv_cuda130_sm90.json").write_text(json.dumps({"passed": True, "packages": [{"passed": True}]}))
+    got = gpu_time.like_for_like(b, a)
+    assert got == {"packages": {"sm90": {"before": 300.0, "after": 105.0}}, "after_over_before": 0.35, "not_compared": []}

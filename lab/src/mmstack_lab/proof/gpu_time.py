@@ -9,6 +9,11 @@ mmcv (with mmstack's and mmdet's packages) through its test section. `before`: t
 and the builds with their tests, all on the GPU machine. `after`: the stand-in channel and
 `mmstack test` of each carried package (the compile moved to the CPU machine, whose build times
 `cpu` reports). A run missing a file gives null for it, never a guess.
+
+`after_over_before` compares like with like only: the packages both runs put through a test
+section that passed (the after run's test_<tag>.json), on the same GPU (machine.txt's first line).
+Otherwise it is null and `not_compared` says why (recipe-run10 ran on an H100, run 9 on an H200, and
+its sm_90 section was cut short).
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ from pathlib import Path
 from typing import TypedDict
 
 PACKAGES = ("noarch", "mmengine", "sm90", "mmdet")
+# a before run's build tag -> the after run's test tag of the same package (glob)
+SAME_PACKAGE = {"noarch": "mmstack", "mmengine": "mmengine", "sm90": "mmcv_cuda*_sm90", "mmdet": "mmdet"}
 
 
 def _wall(path: Path) -> float | None:
@@ -60,6 +67,48 @@ def after(run: Path) -> RunSeconds:
     return {"run": run.name, "seconds": parts, "total_s": _total(parts)}
 
 
+def gpu(run: Path) -> str | None:
+    """The run's GPU as machine.txt's first line names it (nvidia-smi's name, cc, driver, memory)."""
+    machine = run / "machine.txt"
+    return machine.read_text().splitlines()[0].split(",")[0].strip() if machine.is_file() else None
+
+
+def passed(run: Path, tag: str) -> bool:
+    """Whether the after run's `mmstack test` of that package passed its whole section."""
+    try:
+        doc = json.loads((run / f"test_{tag}.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return bool(doc.get("passed")) and all(p.get("passed") for p in doc.get("packages", [{}]))
+
+
+def like_for_like(before_run: Path, after_run: Path) -> dict:
+    """The packages both runs took through a passing test section on the same GPU, their seconds
+    on each side and the ratio; or why there is nothing to compare."""
+    why = []
+    if gpu(before_run) != gpu(after_run):
+        why.append(f"different GPUs ({gpu(before_run)} against {gpu(after_run)})")
+    pairs: dict[str, dict[str, float]] = {}
+    for build_tag, test_glob in SAME_PACKAGE.items():
+        b = _wall(before_run / f"build_time_{build_tag}.json")
+        tags = [f.stem.removeprefix("test_time_") for f in sorted(after_run.glob(f"test_time_{test_glob}.json"))]
+        if b is None or not tags:
+            continue
+        if not passed(after_run, tags[0]):
+            why.append(f"{tags[0]}: its test section did not pass in {after_run.name}")
+            continue
+        a = _wall(after_run / f"test_time_{tags[0]}.json")
+        if a is None:
+            why.append(f"{tags[0]}: no test_time file in {after_run.name}")
+            continue
+        pairs[build_tag] = {"before": b, "after": a}
+    if why or not pairs:
+        return {"packages": pairs, "after_over_before": None, "not_compared": why or ["no package in both runs"]}
+    total_b = sum(p["before"] for p in pairs.values())
+    total_a = sum(p["after"] for p in pairs.values())
+    return {"packages": pairs, "after_over_before": round(total_a / total_b, 2), "not_compared": []}
+
+
 def cpu(run: Path) -> CpuRunSeconds:
     """The CPU machine's side: its stand-in channel and the builds (tests skipped)."""
     parts = {"standin": _wall(run / "standin_time.json")}
@@ -81,8 +130,8 @@ def main(argv: list[str] | None = None) -> int:
     sides = {"before": gpu_before, "after": gpu_after, "cpu_machine": cpu(args.cpu) if args.cpu else None}
     doc: dict[str, object] = {"what": "GPU-machine wall seconds to put one sm_90 mmcv (and mmstack, mmengine, mmdet) through "
                                       "its test section; sums of the runs' timed.py files", **sides}
-    if gpu_after and gpu_before["total_s"] and gpu_after["total_s"]:
-        doc["after_over_before"] = round(gpu_after["total_s"] / gpu_before["total_s"], 2)
+    if args.after:
+        doc["like_for_like"] = like_for_like(args.before, args.after)
     print(json.dumps(doc, indent=1) if args.json else
           "\n".join(f"{k}: {v['total_s']} s {v['seconds']}" for k, v in sides.items() if v is not None))
     return 0
