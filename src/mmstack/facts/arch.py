@@ -303,17 +303,16 @@ def serving_env(facts: Facts, cc: str, *, segment: str = "", host: str = "", bui
     that only comes in hosts of another platform (`host`, gpus.toml) than every environment's gets none."""
     platforms = sorted({g.platform for g in facts.generation if g.is_gpu})
     if segment == "jetson":
-        return Serving(None, Coverage.NONE, f"Jetson modules run linux-aarch64 (JetPack); mmstack's locked environments are"
-                       f" {', '.join(platforms)} (pixi.toml declares linux-aarch64 ones on CUDA 13.0, not locked yet:"
-                       " envs/README.md): use NVIDIA's JetPack builds of torch and build mmcv there")
+        return Serving(None, Coverage.NONE, f"Jetson modules run linux-aarch64 (JetPack); mmstack's environments are"
+                       f" {', '.join(platforms)}: use NVIDIA's JetPack builds of torch and build mmcv there")
     if host and host not in platforms:
         gpu = parse_arch(cc, where="compute capability")
         would = serving_env(facts, cc)
         same = (f"; the {would.env} environment's build ({gpu.sm if would.coverage is Coverage.NATIVE else 'its SASS'})"
-                f" is what it would run, built for {host}" if would.env else "")
+                f" is what it would run once an environment for {host} exists" if would.env else "")
         return Serving(None, Coverage.NONE,
-                       f"this GPU only comes in {host} hosts and every locked mmstack environment is {', '.join(platforms)}"
-                       f" (pixi.toml declares {host} ones, not locked yet: envs/README.md){same}: on that host install a {host} CUDA pytorch"
+                       f"this GPU only comes in {host} hosts and every mmstack environment is {', '.join(platforms)}"
+                       f" (no {host} environment exists yet){same}: on that host install a {host} CUDA pytorch"
                        f" (conda-forge builds them) and build mmcv with TORCH_CUDA_ARCH_LIST={gpu}"
                        f" ({cuda_range(facts, str(gpu))})")
     gpu = parse_arch(cc, where="compute capability")
