@@ -333,7 +333,7 @@ def lock_files(inputs: Inputs, solved: Solved, old: dict[str, tuple[LockedEnv, .
     files[lock_path] = lockfile.pixi_lock_writer(lf, root)
     for name, per_env in solved.items():
         env = inputs.manifest.envs[name]
-        digests = policy.input_digests(env, inputs.facts, inputs.matrix, inputs.arm_gen(name))
+        digests = policy.input_digests(env, inputs.facts, inputs.matrix)
         several = len(per_env) > 1
         for plat, chans, records in per_env:
             locked = locked_env(name, plat, chans, records)

@@ -255,14 +255,8 @@ def digest(data) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def input_digests(env: EnvSpec, facts: Facts, matrix: list[Variant], arm: ArmGen | None = None) -> dict[str, str]:
-    """What one environment's lock was solved from, per input file (`arm`: the Arm-hosted generation
-    it is: its `# [aarch64]` row and its arm_hosts.toml row, as derived)."""
-    if arm is not None:
-        return {"mmstack_manifest": env.digest(),
-                "mmstack_matrix": digest({"build": arm.mmcv_prefix, "cuda": arm.cuda, "glibc": arm.glibc,
-                                          "targets": archmod.format_arch_list(arm.targets)}),
-                "mmstack_facts": digest({"gpu": arm.gpu, "compute_capability": arm.cuda_arch, "tegra": arm.tegra})}
+def input_digests(env: EnvSpec, facts: Facts, matrix: list[Variant]) -> dict[str, str]:
+    """What one environment's lock was solved from, per input file."""
     gen = _gen(facts, env.name)
     if gen is None and is_multi_gpu_env(env):
         # `gpu`: every generation whose platform it spans, and the matrix rows serving any of them
@@ -308,12 +302,11 @@ def lock_problems(*, env: EnvSpec, locked: LockedEnv, facts: Facts, matrix: list
 
     # Fresh: the inputs it was solved from are the inputs now.
     if stored_digests is not None:
-        now = input_digests(env, facts, matrix, arm)
-        files = {**_DIGEST_FILES, "mmstack_facts": "src/mmstack/data/arm_hosts.toml"} if arm else _DIGEST_FILES
+        now = input_digests(env, facts, matrix)
         for key, value in now.items():
             if stored_digests.get(key) != value:
                 out.append(Problem(name, "-", "stale-lock",
-                                   f"{files[key]} changed for this environment since it was locked", relock))
+                                   f"{_DIGEST_FILES[key]} changed for this environment since it was locked", relock))
     plat = _locked_platform(env, locked)
     out += _platform_definition(env, locked, relock)
 
