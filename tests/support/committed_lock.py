@@ -32,12 +32,3 @@ def make(root: Path) -> Path:
     if run_lock(root=root, channels=[fake_channel.url(channel)]) != 0:
         raise AssertionError("mmstack lock failed on the repository's pixi.toml")
     return root
-
-
-def unlocked(root: Path) -> set[str]:
-    """The environments such a lock leaves out: the linux-aarch64 ones (the channel, like everything
-    offline here, has no linux-aarch64 repodata: `mmstack lock` says so and locks the rest)."""
-    from mmstack.envs import arm_platforms, pixi_manifest
-
-    return {n for n, e in pixi_manifest.load(Path(root) / "pixi.toml").envs.items()
-            if [p.subdir for p in e.platforms] == [arm_platforms.SUBDIR]}

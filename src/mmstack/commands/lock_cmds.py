@@ -8,7 +8,7 @@ from pathlib import Path
 from mmstack import progress, report
 from mmstack.builder.reach import require_reachable
 from mmstack.commands import interrupts, targets
-from mmstack.envs import lock, lockfile
+from mmstack.envs import lock, lockfile, policy
 from mmstack.envs.lockfile import LockedEnv
 from mmstack.facts.gpus import Facts
 
@@ -21,7 +21,7 @@ def run_lock(*, root: Path = Path("."), envs: list[str] | None = None, channels:
     Unless `quiet`, stderr shows which environment is being solved (step i of n): a live bar on a
     terminal, else a plain line at most every 30 s (mmstack/progress.py)."""
     inputs = lock.load_inputs(root, facts, config, channels)
-    drift = inputs.manifest_problems()
+    drift = policy.manifest_problems(inputs.manifest, inputs.facts, inputs.matrix)
     if drift:
         for p in drift:
             report.error_line(p.line())
@@ -42,12 +42,6 @@ def run_lock(*, root: Path = Path("."), envs: list[str] | None = None, channels:
 
     names = lock.selected_envs(inputs.manifest, envs)
     require_reachable(inputs.channels, option="--channel")
-    skip = lock.unlocked(inputs, names)
-    if envs and set(names) <= set(skip):  # asked for these alone, and none can be locked here
-        for line in skip.values():
-            report.error_line(line)
-        report.error_line("nothing locked")
-        return 1
     lock_path = root / lockfile.PIXI_LOCK
     old = lockfile.read_pixi_lock_platforms(lock_path, inputs.manifest.platforms) if lock_path.is_file() else {}
     report.info(f"solving {len(names)} environment(s) against {', '.join(inputs.channels)}")

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from mmstack import report
 from mmstack.builder.reach import require_indexed
-from mmstack.envs import arm_platforms, lockfile, pixi_manifest, policy, portable
+from mmstack.envs import lockfile, pixi_manifest, policy
 from mmstack.envs.lockfile import LockedEnv
 from mmstack.envs.pixi_manifest import EnvSpec, Manifest, Platform
 from mmstack.errors import BadInput, CheckFailed, rattler_errors
@@ -38,54 +38,15 @@ class Inputs:
     facts: Facts
     matrix: list[variants.Variant]
     channels: list[str]  # URLs the solve uses and the check accepts
-    arm_matrix: list[variants.Variant]  # the `# [aarch64]` rows
-    arm: list[arm_platforms.ArmGen]  # the linux-aarch64 generations pixi.toml must have (arm_platforms.py)
-
-    def manifest_problems(self) -> list[policy.Problem]:
-        """pixi.toml against the facts and the matrices, linux-64 and linux-aarch64."""
-        return (policy.manifest_problems(self.manifest, self.facts, self.matrix)
-                + policy.arm_manifest_problems(self.manifest, self.arm, self.arm_matrix))
-
-    def arm_gen(self, env: str) -> arm_platforms.ArmGen | None:
-        return next((g for g in self.arm if g.env == env), None)
 
 
 def load_inputs(root: Path, facts: Facts | None, config: Path | None, channels: list[str] | None) -> Inputs:
     root = Path(root)
     manifest = pixi_manifest.load(root / pixi_manifest.MANIFEST)
     facts = facts or load_facts()
-    cfg = Path(config) if config else root / variants.CONFIG_FILE
-    matrix = variants.load_matrix(facts, cfg)
-    arm_matrix = variants.load_matrix(facts, cfg, arm_platforms.SUBDIR)
+    matrix = variants.load_matrix(facts, Path(config) if config else root / variants.CONFIG_FILE)
     urls = [pixi_manifest.channel_url(c, Path.cwd()) for c in channels] if channels else manifest.channel_urls()
-    return Inputs(root, manifest, facts, matrix, urls, arm_matrix, arm_platforms.expected(facts, arm_matrix))
-
-
-# An environment of a subdir whose repodata a local channel of the solve lacks is left unlocked, with
-# this reason, rather than solved without that channel's packages: the linux-aarch64 ones offline
-# (../shared/fixtures/conda-forge-subset and a ./channel built for linux-64 hold linux-64 and noarch only).
-UNLOCKED_SUBDIRS = (arm_platforms.SUBDIR,)
-
-
-def unlocked(inputs: Inputs, names: list[str]) -> dict[str, str]:
-    """env -> one line saying why `mmstack lock` leaves it unlocked: its platform is linux-aarch64 and a
-    local channel of the solve has no repodata for it. Remote channels are taken to have it (the solve says
-    if not)."""
-    from urllib.parse import unquote, urlparse
-
-    out: dict[str, str] = {}
-    for name in names:
-        plats = inputs.manifest.envs[name].platforms
-        if len(plats) != 1 or plats[0].subdir not in UNLOCKED_SUBDIRS:
-            continue
-        subdir = plats[0].subdir
-        lacking = [c for c in inputs.channels if c.startswith("file://")
-                   and not (Path(unquote(urlparse(c).path)) / subdir / "repodata.json").is_file()]
-        if lacking:
-            where = ", ".join(portable.relative(c, inputs.root) for c in lacking)
-            out[name] = (f"{name} ({plats[0].name}): unlocked: no {subdir} repodata in {where}; lock it where"
-                         f" conda-forge is reachable, after `mmstack build --target-platform {subdir}` (envs/README.md)")
-    return out
+    return Inputs(root, manifest, facts, matrix, urls)
 
 
 def selected_envs(manifest: Manifest, envs: list[str] | None) -> list[str]:
@@ -108,7 +69,7 @@ def virtual_packages(env: EnvSpec, plat: Platform, facts: Facts) -> dict[str, st
         vps["__cuda_arch"] = gen.compute_capability
     if plat.subdir.startswith(("linux", "osx")):
         vps.setdefault("__unix", "0")
-    vps.setdefault("__archspec", pixi_manifest.subdir_archspec(plat.subdir) or DEFAULT_ARCHSPEC)
+    vps.setdefault("__archspec", DEFAULT_ARCHSPEC)
     return vps
 
 
@@ -212,12 +173,6 @@ def render_env_yml(env: EnvSpec, facts: Facts, platform: Platform | None = None)
         lines.append(f"# Needs an NVIDIA driver for CUDA >= {gen.cuda} (__cuda); GPUs of compute capability"
                      f" {gen.compute_capability} ({gen.summary}).")
         lines.append(f"# Solving without a GPU: CONDA_OVERRIDE_CUDA={gen.cuda}.")
-    elif len(env.platforms) == 1 and env.platforms[0].subdir == arm_platforms.SUBDIR and env.platforms[0].vp("__cuda"):
-        plat = env.platforms[0]
-        drv, arch = plat.vp("__cuda"), plat.vp("__cuda_arch")
-        lines.append(f"# An Arm host ({plat.subdir}): needs an NVIDIA driver for CUDA >= {drv} (__cuda), a GPU of compute"
-                     f" capability {arch}, glibc >= {plat.vp('__glibc')}.")
-        lines.append(f"# Solving without a GPU: CONDA_OVERRIDE_CUDA={drv} CONDA_OVERRIDE_CUDA_ARCH={arch}.")
     lines += ["# Run from the repository root so ./channel resolves.", f"name: mmstack-{env.name}", "channels:"]
     lines += [f"  - {c}" for c in env.channels]
     lines.append("dependencies:")
@@ -277,10 +232,6 @@ def solve_envs(inputs: Inputs, names: list[str], *, on_env: Callable[[int, int, 
     lock_channels = inputs.manifest.pixi_lock_channels()
     gateway = Gateway()
     solved: Solved = {}
-    skip = unlocked(inputs, names)
-    for line in skip.values():
-        report.info(line)
-    names = [n for n in names if n not in skip]
     for i, name in enumerate(names, 1):
         env = inputs.manifest.envs[name]
         t0 = time.perf_counter()
@@ -367,7 +318,7 @@ def collect_problems(*, root: Path = Path("."), envs: list[str] | None = None, c
                      require_lock: bool = False) -> tuple[list[policy.Problem], str]:
     """All problems (manifest drift, env ymls, locks) and a one-line summary of what was checked."""
     inputs = load_inputs(root, facts, config, channels)
-    problems = inputs.manifest_problems()
+    problems = policy.manifest_problems(inputs.manifest, inputs.facts, inputs.matrix)
     root = inputs.root
     names = selected_envs(inputs.manifest, envs)
 
@@ -388,15 +339,12 @@ def collect_problems(*, root: Path = Path("."), envs: list[str] | None = None, c
         if require_lock:
             problems.append(policy.Problem("-", "-", "missing-lock", "no pixi.lock (--require-lock)", "mmstack lock"))
         return problems, f"pixi.toml and envs/*.yml agree with the facts and the matrix ({len(names)} environments); {NO_LOCK}"
-    unlocked_lines = unlocked(inputs, names)
 
     per_platform = lockfile.read_pixi_lock_platforms(lock_path, inputs.manifest.platforms)
     locked = {name: envs[0] for name, envs in per_platform.items()}
     index = policy.ChannelIndex(inputs.channels)
     for name in names:
         env = inputs.manifest.envs[name]
-        if name not in locked and name in unlocked_lines:
-            continue  # said in the summary, one line each
         if name not in locked:
             problems.append(policy.Problem(name, "-", "missing-lock", f"{name} is not in pixi.lock", f"mmstack lock --env {name}"))
             continue
@@ -408,9 +356,7 @@ def collect_problems(*, root: Path = Path("."), envs: list[str] | None = None, c
     if not envs:
         for extra in sorted(set(locked) - set(inputs.manifest.envs)):
             problems.append(policy.Problem(extra, "-", "stale-lock", f"pixi.lock has {extra!r}, pixi.toml has no such environment", "mmstack lock"))
-    n = len(names) - len(unlocked_lines)
-    return problems, "\n".join([f"{n} environments locked and consistent with pixi.toml, the facts and the matrix",
-                                 *unlocked_lines.values()])
+    return problems, f"{len(names)} environments locked and consistent with pixi.toml, the facts and the matrix"
 
 
 def _env_lock_problems(inputs: Inputs, env: EnvSpec, locked: LockedEnv, cl_path: Path,
@@ -426,8 +372,7 @@ def _env_lock_problems(inputs: Inputs, env: EnvSpec, locked: LockedEnv, cl_path:
         out.append(policy.Problem(env.name, "-", "conda-lock-mismatch", f"envs/{cl_path.name} is missing",
                                   f"mmstack lock --env {env.name}"))
     out += policy.lock_problems(env=env, locked=locked, facts=inputs.facts, matrix=inputs.matrix,
-                                channels=inputs.channels, stored_digests=stored, channel_index=index,
-                                arm=inputs.arm_gen(env.name))
+                                channels=inputs.channels, stored_digests=stored, channel_index=index)
     return out
 
 

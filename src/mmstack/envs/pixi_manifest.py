@@ -85,11 +85,6 @@ _ARCHSPEC = {"linux-64": "x86_64", "linux-aarch64": "aarch64", "linux-ppc64le": 
              "osx-arm64": "m1", "win-64": "x86_64"}
 
 
-def subdir_archspec(subdir: str) -> str | None:
-    """pixi's default `__archspec` microarchitecture for a subdir ("aarch64" on linux-aarch64)."""
-    return _ARCHSPEC.get(subdir)
-
-
 def subdir_defaults(subdir: str) -> list[tuple[str, str, str]]:
     out = []
     if subdir.startswith(("linux", "osx")):

@@ -20,8 +20,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from mmstack.envs import arm_platforms, pixi_manifest
-from mmstack.envs.arm_platforms import ArmGen
+from mmstack.envs import pixi_manifest
 from mmstack.envs.lockfile import LockedEnv
 from mmstack.envs.pixi_manifest import EnvSpec, Manifest
 from mmstack.facts import arch as archmod
@@ -181,7 +180,7 @@ def _env_pins(env: EnvSpec, pins: Pins, src: str) -> list[Problem]:
             if plat.vp("__cuda") != pins.cuda_driver or plat.vp("__cuda_arch") != pins.cuda_arch:
                 p("__cuda", f"platform {plat.name!r} declares cuda driver {plat.vp('__cuda')!r} arch {plat.vp('__cuda_arch')!r};"
                   f" the facts say CUDA {pins.cuda_driver} on compute capability {pins.cuda_arch}",
-                  f'{{ name = "{plat.name}", platform = "{plat.subdir}", cuda = {{ driver = "{pins.cuda_driver}", arch = "{pins.cuda_arch}" }} }}')
+                  f'{{ name = "{plat.name}", platform = "linux-64", cuda = {{ driver = "{pins.cuda_driver}", arch = "{pins.cuda_arch}" }} }}')
         elif plat.vp("__cuda"):
             p("__cuda", f"the CPU environment's platform {plat.name!r} declares __cuda {plat.vp('__cuda')}",
               "bind the cpu feature to the plain linux-64 platform")
@@ -294,8 +293,8 @@ def _gen(facts: Facts, env: str) -> Generation | None:
 
 def lock_problems(*, env: EnvSpec, locked: LockedEnv, facts: Facts, matrix: list[Variant],
                   channels: list[str], stored_digests: dict[str, str] | None,
-                  channel_index: ChannelIndex | None = None, arm: ArmGen | None = None) -> list[Problem]:
-    """Everything wrong with one locked environment (`arm`: the Arm-hosted generation it is, if one)."""
+                  channel_index: ChannelIndex | None = None) -> list[Problem]:
+    """Everything wrong with one locked environment."""
     out: list[Problem] = []
     name = env.name
     relock = f"mmstack lock --env {name}"
@@ -353,8 +352,6 @@ def lock_problems(*, env: EnvSpec, locked: LockedEnv, facts: Facts, matrix: list
     gen = _gen(facts, name)
     if gen is not None:
         out += _generation_rules(gen, locked, facts, matrix, relock)
-    if arm is not None:
-        out += arm_lock_problems(arm, locked, relock)
     return out
 
 
@@ -763,88 +760,3 @@ def platform_mmcv_problems(env: str, platform: pixi_manifest.Platform, mmcv_buil
         return problem(f"{best.build_string_prefix} holds no SASS compute capability {arch} runs ({best.arch_list})",
                        "add a per-generation row for this arch to conda_build_config.yaml")
     return []
-
-
-# -- the linux-aarch64 generations (arm_platforms.py): pixi.toml's platforms and pins, each lock's mmcv ------
-
-
-def arm_manifest_problems(manifest: Manifest, gens: list[ArmGen], arm_matrix: list[Variant]) -> list[Problem]:
-    """pixi.toml's linux-aarch64 platforms are exactly the derived ones, declared from the highest arch
-    down; each Arm-hosted generation's environment pins what its platform's matrix row says."""
-    out: list[Problem] = []
-    src = manifest.path.name
-    subdir = arm_platforms.SUBDIR
-    declared = [p for p in manifest.platforms if p.subdir == subdir and not p.is_subdir_platform]
-    by_name = {p.name: p for p in declared}
-    want = [g.platform for g in gens]
-    for g in gens:
-        plat = by_name.get(g.platform)
-        vps = plat.virtual_packages if plat else {}
-        if (vps.get("__cuda"), vps.get("__cuda_arch"), vps.get("__glibc")) != (g.cuda, g.cuda_arch, g.glibc):
-            found = f"declares {plat.lock_strings()}" if plat else "is not declared"
-            out.append(Problem(g.env, "__cuda", "manifest-drift",
-                               f"{src}: platform {g.platform!r} {found}; the facts say CUDA {g.cuda} (conda-forge's sbsa"
-                               f" pytorch), compute capability {g.cuda_arch} ({g.gpu}), glibc {g.glibc}",
-                               f"{g.platform_toml()} in workspace.platforms"))
-    for p in declared:
-        if p.name not in want:
-            out.append(Problem("-", "-", "manifest-drift", f"{src}: platform {p.name!r} ({subdir}) is no Arm-hosted GPU of"
-                               f" {arm_platforms.arm_hosts.ARM_FILE}", "remove it, or add its [[host]] row"))
-    order = [p.name for p in declared if p.name in want]
-    if order != [w for w in want if w in by_name]:
-        out.append(Problem("-", "-", "platform-order", f"{src}: the {subdir} platforms are declared in the order"
-                           f" {', '.join(order)}; pixi installs the first one a machine meets",
-                           f"declare them from the highest arch down: {', '.join(want)}"))
-    for g in gens:
-        if g.env not in manifest.envs:
-            out.append(Problem(g.env, "-", "manifest-drift", f"{src} has no environment {g.env!r} ({g.gpu}, {subdir})",
-                               f'add `{g.env} = ["cuda", "gen-{g.env}", "mmdet"]` to [environments]'))
-            continue
-        rows = [v for v in arm_matrix if v.build_string_prefix == g.mmcv_prefix]
-        pins = Pins(env=g.env, cuda_driver=g.cuda, cuda_arch=g.cuda_arch, cuda_version=f"{g.cuda}.*", pytorch_build="cuda*",
-                    pytorch_versions=frozenset(v.pytorch for v in rows), mmcv_prefixes=frozenset({g.mmcv_prefix}),
-                    pythons=frozenset(v.python for v in rows))
-        out += _env_pins(manifest.envs[g.env], pins, src)
-    return out
-
-
-def arm_lock_problems(gen: ArmGen, locked: LockedEnv, relock: str) -> list[Problem]:
-    """An Arm-hosted generation's lock: linux-aarch64 records, a CUDA pytorch, cuda-version at the
-    platform's CUDA, no driver floor above it, and an mmcv that is the aarch64 build of its row whose
-    SASS the GPU runs (exactly its compute capability on a Tegra GPU: no binary compatibility there)."""
-    out: list[Problem] = []
-    name = gen.env
-
-    def p(pkg: str, rule: str, msg: str, fix: str = relock) -> None:
-        out.append(Problem(name, pkg, rule, msg, fix))
-
-    subdir = arm_platforms.SUBDIR
-    if locked.subdir and locked.subdir != subdir:
-        p("-", "arm-platform", f"locked for {locked.subdir}; {gen.platform} is {subdir}")
-    for pkg in locked.packages:
-        if pkg.subdir not in (subdir, "noarch"):
-            p(pkg.name, "arm-platform", f"{pkg.label} is not a {subdir} (or noarch) package: {pkg.file_name}")
-    torch = locked.by_name("pytorch")
-    if not torch or any(not t.build.startswith("cuda") for t in torch):
-        p("pytorch", "cpu-pytorch", f"{', '.join(t.label for t in torch) or 'no pytorch'}: {name} needs conda-forge's"
-          " sbsa CUDA pytorch", f'pytorch = {{ build = "cuda*" }} in feature cuda, then {relock}')
-    cv = locked.by_name("cuda-version")
-    if [".".join(c.version.split(".")[:2]) for c in cv] != [gen.cuda]:
-        p("cuda-version", "cuda-version-arch", f"cuda-version {', '.join(c.version for c in cv) or 'missing'};"
-          f" {gen.platform} is CUDA {gen.cuda}", f'cuda-version = "{gen.cuda}.*" in feature gen-{name}, then {relock}')
-    floor = _cuda_floor(locked)
-    if floor and version_key(floor[0]) > version_key(gen.cuda):
-        p(floor[1].split()[0], "driver-floor", f"{floor[1]} needs __cuda >={floor[0]}, above the platform's CUDA {gen.cuda}")
-    mmcv = locked.by_name("mmcv")
-    if not mmcv:
-        p("mmcv", "mmcv-platform-arch", "no mmcv locked")
-    cc = archmod.parse_arch(gen.cuda_arch)
-    ok = (archmod.Coverage.NATIVE,) if gen.tegra else (archmod.Coverage.NATIVE, archmod.Coverage.LOWER_MINOR)
-    for m in mmcv:
-        if m.build.split("_py")[0] != gen.mmcv_prefix or m.subdir != subdir:
-            p("mmcv", "mmcv-platform-arch", f"{gen.platform} (__cuda_arch {gen.cuda_arch}): mmcv {m.build} ({m.file_name});"
-              f" the {subdir} build of its row is {gen.mmcv_prefix}", f"pin {gen.mmcv_prefix}_* in feature gen-{name}, then {relock}")
-        elif archmod.coverage(cc, tuple(t for t in gen.targets if t.kind == "sass")).coverage not in ok:
-            p("mmcv", "mmcv-platform-arch", f"{gen.mmcv_prefix} holds no SASS compute capability {gen.cuda_arch} runs"
-              f" ({archmod.format_arch_list(gen.targets)})", "add a `# [aarch64]` row for it to conda_build_config.yaml")
-    return out

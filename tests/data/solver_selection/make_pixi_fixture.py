@@ -51,8 +51,6 @@ def main() -> int:
     specs = json.loads((HERE / "cases.json").read_text())["specs"]
     answers = []
     for plat in manifest.platforms:
-        if plat.subdir != "linux-64":  # the channel holds the linux-64 rows; no linux-aarch64 one is offline
-            continue
         vps = plat.virtual_packages
         answer = selection.solve([fake_channel.url(chan)], specs, selection.Machine(vps.get("__cuda"), vps.get("__cuda_arch")))
         out = answer.as_dict()
