@@ -52,10 +52,11 @@ def compare(packages: dict[str, Path]) -> dict:
     secs: dict[str, dict] = {}
     for label, path in packages.items():
         name, blob = ext_of(path)
+        work_dirs = WORK_DIR.findall(blob)
         per[label] = {"package": path.name, "ext": name, "bytes": len(blob),
                       "sha256": hashlib.sha256(blob).hexdigest(),
-                      "work_dir_strings": len(WORK_DIR.findall(blob)),
-                      "work_dirs": sorted({m.decode() for m in WORK_DIR.findall(blob)}),
+                      "work_dir_strings": len(work_dirs),
+                      "work_dirs": sorted({m.decode() for m in work_dirs}),
                       "tmpxft_strings": len(TMPXFT.findall(blob))}
         secs[label] = sections(blob)
     names = sorted(set().union(*(set(s) for s in secs.values())))

@@ -1158,20 +1158,23 @@ TABLES["solver-selection"] = FixtureTable(
 
 JIT_RUN = "h100/recipe-run10"
 JIT_TAGS = (("8.9+PTX (JIT on sm_90)", "sm89ptx"), ("9.0 (native)", "sm90"))
+JIT_KINDS = ("jit_startup_cold", "jit_startup_warm", "jit_l4_time_cold1", "jit_l4_time_warm1", "jit_l4_time_warm2")
 
 
-def _jit_cost(_docs: list[Doc]) -> Body:
+def _jit_cost(docs: list[Doc]) -> Body:
     """The proof's `jit` stage: the first kernel in fresh processes and the complete L4, with the JIT
     cache disabled (every process compiles the PTX) and with a cache the first process fills."""
+    by = dict(zip([(kind, tag) for _, tag in JIT_TAGS for kind in JIT_KINDS], docs, strict=True))
+
     def first_kernel(tag: str, mode: str) -> list[float]:
-        runs = load(f"{JIT_RUN}/jit_startup_{mode}_{tag}.json")["runs"]
+        runs = by[(f"jit_startup_{mode}", tag)]["runs"]
         return [r["first_kernel_s"] for r in (runs if mode == "cold" else runs[1:])]  # warm: after the filling run
 
     def ms(values: list[float]) -> str:
         return f"{statistics.median(values) * 1000:,.1f} ms (n={len(values)})"
 
     def wall(tag: str, name: str) -> str:
-        return f"{load(f'{JIT_RUN}/jit_l4_time_{name}_{tag}.json')['wall_s']:.1f} s"
+        return f"{by[(f'jit_l4_time_{name}', tag)]['wall_s']:.1f} s"
 
     rows = [
         ["first kernel (roi_align), JIT cache off", *(ms(first_kernel(t, "cold")) for _, t in JIT_TAGS)],
@@ -1183,11 +1186,8 @@ def _jit_cost(_docs: list[Doc]) -> Body:
     return ["", *(label for label, _ in JIT_TAGS)], rows
 
 
-TABLES["jit-cost"] = Table(
-    sources=[f"{JIT_RUN}/{kind}_{tag}.json" for _, tag in JIT_TAGS
-             for kind in ("jit_startup_cold", "jit_startup_warm", "jit_l4_time_cold1", "jit_l4_time_warm1",
-                          "jit_l4_time_warm2")],
-    build=_jit_cost)
+TABLES["jit-cost"] = Table(sources=[f"{JIT_RUN}/{kind}_{tag}.json" for _, tag in JIT_TAGS for kind in JIT_KINDS],
+                           build=_jit_cost)
 
 
 def _jit_test_section(docs: list[Doc]) -> Body:
