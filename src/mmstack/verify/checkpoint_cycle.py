@@ -241,7 +241,7 @@ def _runner(model: str, device: str, work: Path, *, name: str, seed: int, **kwar
     amp = device.startswith("cuda") and model not in MODELS
     optim = {"type": "AmpOptimWrapper" if amp else "OptimWrapper",
              "optimizer": {"type": "SGD", "lr": 0.01, "momentum": 0.9, "weight_decay": 1e-4}}
-    return Runner(model=_build(model, device, seed), work_dir=str(work / name), experiment_name=name,
+    runner = Runner(model=_build(model, device, seed), work_dir=str(work / name), experiment_name=name,
                   train_dataloader=_loader(model, shuffle=True),
                   train_cfg={"type": "IterBasedTrainLoop", "max_iters": ITERS, "val_interval": 10 * ITERS},
                   optim_wrapper=optim,
@@ -255,6 +255,9 @@ def _runner(model: str, device: str, work: Path, *, name: str, seed: int, **kwar
                                                 "by_epoch": False, "max_keep_ckpts": -1},
                                  "logger": {"type": "LoggerHook", "interval": 1}},
                   randomness={"seed": SEED}, **kwargs)
+    if wrong := _misplaced(runner.model, device):
+        raise RuntimeError(wrong)  # run_phase reports it as the phase's failure
+    return runner
 
 
 def _predict(net: Any, model: str) -> dict:
@@ -314,8 +317,6 @@ def _misplaced(net: Any, device: str) -> str:
 def phase_train(model: str, device: str, work: Path) -> dict:
     log: list = []
     runner = _runner(model, device, work, name="train", seed=SEED, custom_hooks=[_recorder(log)])
-    if wrong := _misplaced(runner.model, device):
-        return {"passed": False, "reason": wrong}
     runner.train()
     iters = [r for r in log if "iter" in r]
     files = sorted(p.name for p in (work / "train").glob("iter_*.pth"))
@@ -352,8 +353,6 @@ def phase_resume(model: str, device: str, work: Path) -> dict:
     ckpt = work / "train" / f"iter_{CKPT_INTERVAL}.pth"
     runner = _runner(model, device, work, name="resume", seed=SEED + 1, custom_hooks=[_recorder(log)],
                      resume=True, load_from=str(ckpt))
-    if wrong := _misplaced(runner.model, device):
-        return {"passed": False, "reason": wrong}
     runner.train()
     start = log[0]
     saved = _load_checkpoint(str(ckpt), map_location="cpu")
@@ -384,8 +383,6 @@ def phase_resume(model: str, device: str, work: Path) -> dict:
 
 def phase_test(model: str, device: str, work: Path) -> dict:
     runner = _runner(model, device, work, name="test", seed=SEED + 1, load_from=str(work / "train" / "iter_4.pth"))
-    if wrong := _misplaced(runner.model, device):
-        return {"passed": False, "reason": wrong}
     tested = runner.test()
     validated = runner.val()
     want = _first_run(work)["tested"]
