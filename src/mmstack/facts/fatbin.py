@@ -368,6 +368,10 @@ def list_fatbins(path: str | Path, *, on_read: Callable[[int, int], None] | None
     and an archive that does not decompress are BadInput naming the damage.
     """
     path, where = Path(path), str(path)
+    # The members are copied to temporary files. Python picks its temporary folder on first use by
+    # writing and removing a probe file there (tempfile._get_default_tempdir): pick it now, before the
+    # first on_read, so an interrupt that arrives once progress shows cannot leave that probe behind.
+    tempfile.gettempdir()
     with _open_regular(path, where) as stream:
         try:
             head = stream.read(_ZERO_PROBE)
