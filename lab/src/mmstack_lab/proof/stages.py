@@ -340,7 +340,7 @@ STAGES_GPU = (
           needs=("seed",), outputs=("verify_installed_sm90.json", "l4complete_sm90.json", "fatbin_sm90.json")),
     Stage("ckpt", "gpu", "verify L6 in the sm_90 prefix: checkpoints saved, loaded, resumed, tested, fine-tuned "
           "from an old-format file, with both detectors", _ckpt, needs=("install90",),
-          outputs=("ckpt_sm90.json",), docs="h200-checkpoints"),
+          outputs=("ckpt_sm90.json",), docs="gpu-checkpoints"),
     Stage("installptx", "gpu", "the '<ptx_arch>+PTX' mmcv installed and verified (through the driver's JIT), with "
           "`arch check`'s prediction", _installptx, needs=("seed",), outputs=("verify_installed_sm*ptx.json",)),
     Stage("jit", "gpu", "what the driver's JIT costs the '<ptx_arch>+PTX' build against native sm_90: first kernel "
