@@ -160,3 +160,24 @@ def test_gpu_time_compares_only_passing_sections_on_the_same_gpu(tmp_path):
     (a / "test_mmcv_cuda130_sm90.json").write_text(json.dumps({"passed": True, "packages": [{"passed": True}]}))
     got = gpu_time.like_for_like(b, a)
     assert got == {"packages": {"sm90": {"before": 300.0, "after": 105.0}}, "after_over_before": 0.35, "not_compared": []}
+
+
+def test_proposed_seeds_the_candidate_builds_in_place_of_the_same_packages(tmp_path):
+    from dataclasses import replace
+
+    from mmstack_lab.proof.stages import carried_packages
+
+    r = _run(tmp_path)
+    (r.carry / "packages").mkdir(parents=True)
+    (r.carry / "proposed").mkdir()
+    for name in ("mmcv-2.2.0-cuda130_sm90_py312_h9d68dc8_500.conda", "mmdet-3.3.0-mmcv22_pyh8259157_1.conda",
+                 "mmstack-0.1.0-pyh8259157_0.conda"):
+        (r.carry / "packages" / name).touch()
+    (r.carry / "proposed" / "mmcv-2.2.0-cuda130_sm90_py312_h360a1f8_500.conda").touch()
+    plain = [p.name for p in carried_packages(r)]
+    assert plain == ["mmcv-2.2.0-cuda130_sm90_py312_h9d68dc8_500.conda", "mmdet-3.3.0-mmcv22_pyh8259157_1.conda",
+                     "mmstack-0.1.0-pyh8259157_0.conda"]
+    proposed = [p.name for p in carried_packages(replace(r, proposed=True))]
+    assert proposed == ["mmcv-2.2.0-cuda130_sm90_py312_h360a1f8_500.conda", "mmdet-3.3.0-mmcv22_pyh8259157_1.conda",
+                        "mmstack-0.1.0-pyh8259157_0.conda"]
+    assert "proposed" in driver.CARRIED, "a detached run copies the candidates too"

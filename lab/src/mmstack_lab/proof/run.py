@@ -37,7 +37,7 @@ from mmstack_lab.proof.stages import BY_NAME, CPU_DEFAULT, GPU_DEFAULT, plan
 
 ROOT = Path(__file__).resolve().parents[4]
 DETACHED_LOG = "/tmp/gpu-proof.out"
-CARRIED = ("wheels", "sdist", "site.tar.xz", "packages")  # the carry's parts the stages read
+CARRIED = ("wheels", "sdist", "site.tar.xz", "packages", "proposed")  # the carry's parts the stages read
 
 
 def _has_gpu() -> bool:
@@ -170,7 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work", type=Path, default=Path(os.environ.get("WORK", "/tmp/gp")))
     ap.add_argument("--py", default=os.environ.get("PY", sys.executable), help="the interpreter whose torch the builds use")
     ap.add_argument("--no-test", action="store_true", help="builds skip their test sections (default with --where cpu)")
-    ap.add_argument("--proposed", action="store_true", help="mmcv and mmdet builds apply recipes/*/proposed/*.patch too")
+    ap.add_argument("--proposed", action="store_true", help="mmcv and mmdet builds apply recipes/*/proposed/*.patch too; "
+                    "on the GPU, seed takes $CARRY/proposed's builds in place of the same packages in $CARRY/packages")
     ap.add_argument("--ptx-arch", default="8.0", help="the ptx stage builds '<ARCH>+PTX' (e.g. 8.9 for the rtx4090 row)")
     ap.add_argument("--rehearse", action="store_true",
                     help="run GPU stages on a machine without one (plumbing only; results say REHEARSAL)")

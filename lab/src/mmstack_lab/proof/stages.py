@@ -157,9 +157,24 @@ STAGES_BUILD = (
 
 # --- the GPU machine's work ----------------------------------------------------------------------
 
+def _package_name(path: Path) -> str:
+    return path.name.rsplit("-", 2)[0]  # name-version-build.conda
+
+
+def carried_packages(r: Run) -> list[Path]:
+    """$CARRY/packages; with --proposed, $CARRY/proposed's builds (made with recipes/*/proposed/*.patch)
+    in place of the packages of the same name, so a GPU run tests the candidates and nothing else changes."""
+    carried = sorted((r.carry / "packages").glob("*.conda"))
+    if not r.proposed:
+        return carried
+    instead = sorted((r.carry / "proposed").glob("*.conda"))
+    names = {_package_name(p) for p in instead}
+    return sorted([p for p in carried if _package_name(p) not in names] + instead, key=lambda p: p.name)
+
+
 def _seed(r: Run) -> int:
     """The carried packages ($CARRY/packages, built on the CPU machine) into this machine's channel."""
-    carried = sorted((r.carry / "packages").glob("*.conda"))
+    carried = carried_packages(r)
     if not carried:
         r.status("seed: no carried packages")
         return 1
@@ -171,7 +186,7 @@ def _seed(r: Run) -> int:
     code = ("import sys\nfrom mmstack.builder import channel\nchannel.ensure_channel(sys.argv[1], create=True)\n"
             "for p in channel.add_packages(sys.argv[1], sys.argv[2:]):\n    print(p.name)\n")
     rc = r.sh("seed", [r.py, "-c", code, str(r.channel), *map(str, pkgs)], env=r.mm_env())
-    r.status(f"seed: {len(pkgs)} carried packages rc={rc}")
+    r.status(f"seed: {len(pkgs)} carried packages ({', '.join(p.name for p in pkgs)}) rc={rc}")
     return rc
 
 
