@@ -422,6 +422,13 @@ def _detector_processes(docs: list[Doc]) -> Body:
             "pair range", f"goal >= {DETECTOR_GOAL}", f"goal >= {DETECTOR_PARITY}", "loss"], rows
 
 
+GPU_TIME = "h100/recipe-run11/gpu_time.json"  # mmstack_lab.proof.gpu_time: before/after the CPU-GPU split
+
+
+def _gpu_seconds(side: Doc, key: str) -> str:
+    return f"{side['seconds'][key]:,.0f} s ({side['run']})"
+
+
 def _processes_ratio(d: Doc) -> str:
     """A --processes run's median pair ratio with its 95% interval, as prose."""
     p = d["processes"]
@@ -988,6 +995,10 @@ VALUES: dict[str, Value] = {
                                                             compute=partial(_batched_nms_10k, key))
        for key, spec in (("patched_over_released", "{:.3f}"), ("torchvision_over_patched", "{:.1f}"),
                          ("released_median_us", "{:,.0f}"), ("patched_median_us", "{:,.0f}"))},
+    "gpu-time-before-sm90": Value(f"{GPU_TIME}", compute=lambda d: _gpu_seconds(d["before"], "build+test sm90")),
+    "gpu-time-after-sm90": Value(f"{GPU_TIME}", compute=lambda d: _gpu_seconds(d["after"], "test mmcv_cuda130_sm90")),
+    "gpu-time-cpu-sm90": Value(f"{GPU_TIME}", compute=lambda d: _gpu_seconds(d["cpu_machine"], "build sm90")
+                               + f" on {d['cpu_machine']['cores']} cores"),
     **{f"h100-detprocs-bs{bs}": Value(f"h100/perf-run1/detprocs_bs{bs}_sm90.json", compute=_processes_ratio)
        for bs in (8, 16)},
     "h200-patchab-0012-upstream": Value(f"h200/recipe-run9/patchab_mmcv-{_P12}.json", compute=_upstream_counts),
