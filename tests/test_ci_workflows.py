@@ -286,7 +286,7 @@ def test_gpu_probe_outside_actions_says_what_it_would_set(tmp_path):
         assert 'map "rtx4090" in vars.GPU_RUNNERS' in proc.stdout
 
 
-def test_locks_yml_runs_the_real_conda_lock_on_every_conda_lock_file():
+def test_locks_yml_runs_the_real_conda_lock_on_every_conda_lock_file(tmp_path):
     """Pull requests: after `mmstack lock check`, conda-lock (the `test` extra's pin) checks every
     envs/*.conda-lock.yml with the command its yml prints and must skip the solve, then renders it."""
     try:
@@ -304,11 +304,30 @@ def test_locks_yml_runs_the_real_conda_lock_on_every_conda_lock_file():
     assert step["env"]["CONDA_LOCK_SPEC"] == workflows.CONDA_LOCK_SPEC
     run = step["run"]
     assert "for lock in envs/*.conda-lock.yml; do" in run and "set -o pipefail" in run
-    assert ('conda-lock lock --check-input-hash --conda "$CONDA/bin/conda" -f "envs/$env.yml" -p linux-64 \\\n'
+    assert ('conda-lock lock --check-input-hash --conda "$CONDA/bin/conda" -f "envs/$env.yml" -p "$plat" \\\n'
             '    --virtual-package-spec "envs/$env.virtual-packages.yml" --lockfile "$lock"') in run
-    assert "grep -q \"Spec hash already locked for \\['linux-64'\\]. Skipping solve.\" conda-lock.log" in run
-    assert 'conda-lock render --kind explicit -p linux-64' in run
+    assert "grep -q \"Spec hash already locked for \\['$plat'\\]. Skipping solve.\" conda-lock.log" in run
+    assert 'conda-lock render --kind explicit -p "$plat"' in run
     subprocess.run(["bash", "-n", "-c", run], check=True)
+    # the subdir is the one each yml's own command names: linux-aarch64 for an environment of a
+    # linux-aarch64 platform (the committed ymls are linux-64; the aarch64 one is rendered by `mmstack
+    # lock`'s own renderer from a one-platform linux-aarch64 manifest)
+    from mmstack.envs import lock, pixi_manifest
+
+    (tmp_path / "envs").mkdir()
+    for name in ("h100", "gpu.linux-64-h100"):
+        shutil.copy(ROOT / "envs" / f"{name}.yml", tmp_path / "envs" / f"{name}.yml")
+    (tmp_path / "pixi.toml").write_text(
+        '[workspace]\nchannels = ["conda-forge"]\nplatforms = [{ name = "linux-aarch64-gh200", platform = "linux-aarch64",'
+        ' cuda = { driver = "13.0", arch = "9.0" } }]\n[dependencies]\npython = "3.11.*"\n'
+        '[environments]\ngh200 = []\n')
+    gh200 = pixi_manifest.load(tmp_path / "pixi.toml").envs["gh200"]
+    (tmp_path / "envs" / "gh200.yml").write_text(lock.render_env_yml(gh200, load()))
+    (line,) = [ln.strip() for ln in run.splitlines() if ln.strip().startswith("plat=")]
+    for env, subdir in (("h100", "linux-64"), ("gh200", "linux-aarch64"), ("gpu.linux-64-h100", "linux-64")):
+        out = subprocess.run(["bash", "-c", f'env={env}; {line}; printf %s "$plat"'], cwd=tmp_path, capture_output=True,
+                             text=True, check=True).stdout
+        assert out == subdir, env
 
 
 def test_ci_generate_json_says_what_it_wrote_or_checked(tmp_path):
