@@ -158,6 +158,7 @@ def test_solve_options_are_pixis_defaults(root, manifest, locked):
     assert p.rule == "pixi-solve-options" and "lowest-version" in p.message
 
 
+@pytest.mark.parametrize("manifest_path", ["pixi.toml", "envs/arm/pixi.toml"])
 @pytest.mark.parametrize("snippet, where", [
     ('[workspace]\nchannel-priority = "disabled"\n', "workspace.channel-priority"),
     ('[workspace]\nsolve-strategy = "lowest"\n', "workspace.solve-strategy"),
@@ -169,11 +170,12 @@ def test_solve_options_are_pixis_defaults(root, manifest, locked):
     ('[environments.extra]\nfeatures = ["lint"]\nsolve-group = "g"\n', "environments.extra.solve-group"),
     ('[environments.inline]\ndependencies = { git = "*" }\n', "environments.inline.dependencies"),
 ])
-def test_what_mmstack_does_not_model_is_refused(tmp_path, snippet, where):
+def test_what_mmstack_does_not_model_is_refused(tmp_path, snippet, where, manifest_path):
     """Keys that change what pixi solves or checks (exclude-newer: every record's timestamp;
     [constraints]: ConstraintViolated; solve groups; inline environment features) are BadInput
-    naming the field, not silently left out of the lock."""
-    text = (REPO / "pixi.toml").read_text()
+    naming the field, not silently left out of the lock; in the root workspace and in the Arm hosts'
+    (envs/arm/pixi.toml, read by the same reader)."""
+    text = (REPO / manifest_path).read_text()
     head, table = snippet.split("\n", 1)
     if head == "[workspace]":
         text = text.replace("[workspace]\n", f"[workspace]\n{table}", 1)
@@ -234,10 +236,13 @@ def _facts():
 
 
 def test_requires_pixi_admits_no_release_with_a_known_layout_bug():
-    """pixi#6493 (fixed in v0.72.1 by #6517): the floor, and so the pixi CI installs, is above it."""
+    """pixi#6493 (fixed in v0.72.1 by #6517): the floor, and so the pixi CI installs, is above it;
+    the Arm hosts' workspace (envs/arm/pixi.toml) states the same floor."""
     m = pixi_manifest.load(REPO / "pixi.toml")
     assert pixi_manifest.pixi_floor_problems(m) == []
     assert pixi_manifest.pixi_floor_version(m) >= (0, 72, 1)
+    arm = pixi_manifest.load(REPO / "envs/arm/pixi.toml")
+    assert pixi_manifest.pixi_floor_problems(arm) == [] and arm.requires_pixi == m.requires_pixi
     for path in (REPO / ".github/workflows/build.yml", REPO / ".github/workflows/locks.yml"):
         assert f"PIXI_VERSION: {pixi_manifest.pixi_floor(m)}\n" in path.read_text()
     old = replace(m, requires_pixi=">=0.71")
@@ -276,6 +281,10 @@ def test_bare_subdir_features_do_not_get_the_rich_platforms(tmp_path):
     ours = pixi_manifest.load(REPO / "pixi.toml")
     for name in ("default", "cpu", "build", "test", "lint"):
         assert [p.name for p in ours.envs[name].platforms] == ["linux-64"], name
+    arm = pixi_manifest.load(REPO / "envs/arm/pixi.toml")  # the Arm hosts' workspace: its CPU environment
+    for name in ("default", "cpu"):
+        assert [p.name for p in arm.envs[name].platforms] == ["linux-aarch64"], name
+    assert all(len(e.platforms) == 1 for e in arm.envs.values())  # each locks as one platform, as mmstack locks
 
 
 # -- the reader on pixi's own lock files ---------------------------------------------------------

@@ -27,6 +27,7 @@ def run_lock(*, root: Path = Path("."), envs: list[str] | None = None, channels:
             report.error_line(p.line())
         report.error_line(f"{len(drift)} problem(s) in pixi.toml; nothing locked")
         return 1
+    arm = lock.arm_workspace_lines(inputs, config)  # BadInput (exit 2) when envs/arm/pixi.toml drifted, before any write
     root = inputs.root
     ymls = lock.env_ymls(inputs)
     targets.writable_dir(root / "envs", option="--root", what="envs/*.yml", given=root)  # before any solve
@@ -73,6 +74,8 @@ def run_lock(*, root: Path = Path("."), envs: list[str] | None = None, channels:
                 _print_changes(label, prev, lock.locked_env(name, plat, chans, records))
     n_cl = sum(len(per_env) for per_env in solved.values())
     report.info(f"wrote {lock_path.name} ({len(all_envs)} environments: {', '.join(all_envs)}) and {n_cl} envs/*.conda-lock.yml")
+    for line in arm:
+        report.info(line)
     return 0
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from mmstack import report
 from mmstack.builder.reach import require_indexed
-from mmstack.envs import lockfile, pixi_manifest, policy
+from mmstack.envs import arm_manifest, lockfile, pixi_manifest, policy
 from mmstack.envs.lockfile import LockedEnv
 from mmstack.envs.pixi_manifest import EnvSpec, Manifest, Platform
 from mmstack.errors import BadInput, CheckFailed, rattler_errors
@@ -47,6 +47,19 @@ def load_inputs(root: Path, facts: Facts | None, config: Path | None, channels: 
     matrix = variants.load_matrix(facts, Path(config) if config else root / variants.CONFIG_FILE)
     urls = [pixi_manifest.channel_url(c, Path.cwd()) for c in channels] if channels else manifest.channel_urls()
     return Inputs(root, manifest, facts, matrix, urls)
+
+
+def arm_workspace_lines(inputs: Inputs, config: Path | None) -> list[str]:
+    """envs/arm/pixi.toml (the Arm hosts' own workspace: arm_manifest.py says why) held to the facts
+    and the `# [aarch64]` rows, BadInput on a drift; then one line per environment saying why it is
+    not locked here. Nothing is solved or written for it: `mmstack lock` locks the root workspace."""
+    if not (inputs.root / arm_manifest.MANIFEST).is_file():
+        return [f"{arm_manifest.MANIFEST}: none in this tree; the Arm hosts' environments are not checked"]
+    cfg = Path(config) if config else inputs.root / variants.CONFIG_FILE
+    arm_matrix = variants.load_matrix(inputs.facts, cfg, arm_manifest.SUBDIR)
+    manifest, _ = arm_manifest.check(inputs.root, inputs.manifest, inputs.facts, arm_matrix)
+    return [f"{arm_manifest.MANIFEST}: {len(manifest.envs)} {arm_manifest.SUBDIR} environments agree with the facts and the matrix",
+            *arm_manifest.unlocked(manifest, inputs.channels, inputs.root).values()]
 
 
 def selected_envs(manifest: Manifest, envs: list[str] | None) -> list[str]:
@@ -319,6 +332,7 @@ def collect_problems(*, root: Path = Path("."), envs: list[str] | None = None, c
     """All problems (manifest drift, env ymls, locks) and a one-line summary of what was checked."""
     inputs = load_inputs(root, facts, config, channels)
     problems = policy.manifest_problems(inputs.manifest, inputs.facts, inputs.matrix)
+    arm = arm_workspace_lines(inputs, config)
     root = inputs.root
     names = selected_envs(inputs.manifest, envs)
 
@@ -338,7 +352,8 @@ def collect_problems(*, root: Path = Path("."), envs: list[str] | None = None, c
     if not lock_path.is_file():
         if require_lock:
             problems.append(policy.Problem("-", "-", "missing-lock", "no pixi.lock (--require-lock)", "mmstack lock"))
-        return problems, f"pixi.toml and envs/*.yml agree with the facts and the matrix ({len(names)} environments); {NO_LOCK}"
+        return problems, "\n".join([f"pixi.toml and envs/*.yml agree with the facts and the matrix ({len(names)} environments);"
+                                     f" {NO_LOCK}", *arm])
 
     per_platform = lockfile.read_pixi_lock_platforms(lock_path, inputs.manifest.platforms)
     locked = {name: envs[0] for name, envs in per_platform.items()}
@@ -356,7 +371,7 @@ def collect_problems(*, root: Path = Path("."), envs: list[str] | None = None, c
     if not envs:
         for extra in sorted(set(locked) - set(inputs.manifest.envs)):
             problems.append(policy.Problem(extra, "-", "stale-lock", f"pixi.lock has {extra!r}, pixi.toml has no such environment", "mmstack lock"))
-    return problems, f"{len(names)} environments locked and consistent with pixi.toml, the facts and the matrix"
+    return problems, "\n".join([f"{len(names)} environments locked and consistent with pixi.toml, the facts and the matrix", *arm])
 
 
 def _env_lock_problems(inputs: Inputs, env: EnvSpec, locked: LockedEnv, cl_path: Path,

@@ -180,7 +180,7 @@ def _env_pins(env: EnvSpec, pins: Pins, src: str) -> list[Problem]:
             if plat.vp("__cuda") != pins.cuda_driver or plat.vp("__cuda_arch") != pins.cuda_arch:
                 p("__cuda", f"platform {plat.name!r} declares cuda driver {plat.vp('__cuda')!r} arch {plat.vp('__cuda_arch')!r};"
                   f" the facts say CUDA {pins.cuda_driver} on compute capability {pins.cuda_arch}",
-                  f'{{ name = "{plat.name}", platform = "linux-64", cuda = {{ driver = "{pins.cuda_driver}", arch = "{pins.cuda_arch}" }} }}')
+                  f'{{ name = "{plat.name}", platform = "{plat.subdir}", cuda = {{ driver = "{pins.cuda_driver}", arch = "{pins.cuda_arch}" }} }}')
         elif plat.vp("__cuda"):
             p("__cuda", f"the CPU environment's platform {plat.name!r} declares __cuda {plat.vp('__cuda')}",
               "bind the cpu feature to the plain linux-64 platform")
@@ -227,6 +227,11 @@ def _env_pins(env: EnvSpec, pins: Pins, src: str) -> list[Problem]:
             p("mmengine", f"mmengine is {found}: conda-forge's mmengine cannot load the checkpoints it writes"
               " on torch >= 2.6 (recipes/mmengine/patches/0001)", MMENGINE_TOML)
     return out
+
+
+# One environment's pins, wherever its manifest is: pixi.toml's generations here, envs/arm/pixi.toml's
+# Arm-hosted ones in arm_manifest.py (`src` names the file in each message).
+env_pins = _env_pins
 
 
 # recipes/mmengine's build: mmengine 0.10.7 with safe checkpoint loading (its build string prefix)

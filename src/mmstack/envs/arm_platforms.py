@@ -1,0 +1,70 @@
+"""pixi.toml's linux-aarch64 generations, derived from the facts: one rich platform, feature and
+environment per Arm-hosted GPU of data/arm_hosts.toml ([[host]]), served by conda-forge's sbsa
+pytorch ([[build]]) and by the matrix's `# [aarch64]` row the host names.
+
+Per host: the platform `linux-aarch64-<slug>` declares `__cuda` = the CUDA of that row (the sbsa
+build's toolkit: the driver floor), `__cuda_arch` = the host GPU's compute capability and
+`__glibc` = the row's c_stdlib_version (the sysroot its packages need); the environment pins
+`cuda-version` to that CUDA and mmcv to the row's build string. The platforms are declared from
+the highest arch down, as the linux-64 ones (pixi installs the first declared platform a machine
+meets: policy._multi_gpu_env_problems cites where).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from mmstack.facts import arch as archmod
+from mmstack.facts.gpus import Facts, version_key
+from mmstack.variants import arm_hosts
+from mmstack.variants.matrix import Variant
+
+SUBDIR = arm_hosts.PLATFORM  # "linux-aarch64"
+
+
+@dataclass(frozen=True)
+class ArmGen:
+    """One Arm-hosted GPU's environment, as pixi.toml must declare it."""
+
+    env: str  # "gh200", "jetson-agx-orin"
+    gpu: str  # the gpus.toml / arm_hosts.toml name
+    cuda_arch: str  # the GPU's compute capability: the platform's __cuda_arch
+    cuda: str  # the serving row's CUDA: the platform's __cuda and cuda-version
+    glibc: str  # the serving row's c_stdlib_version: the platform's __glibc
+    mmcv_prefix: str  # "cuda130_sm90", "cuda130_all"
+    targets: tuple[archmod.Target, ...]  # what that build holds
+    tegra: bool  # Jetson's integrated GPU: SASS runs only on its exact compute capability
+
+    @property
+    def platform(self) -> str:
+        return f"{SUBDIR}-{self.env}"
+
+    def platform_toml(self) -> str:
+        return (f'{{ name = "{self.platform}", platform = "{SUBDIR}", cuda = {{ driver = "{self.cuda}", '
+                f'arch = "{self.cuda_arch}" }}, glibc = "{self.glibc}" }}')
+
+
+def env_name(gpu: str) -> str:
+    """`NVIDIA GH200` -> `gh200`, `Jetson AGX Orin` -> `jetson-agx-orin` (pixi's environment names)."""
+    return re.sub(r"[^a-z0-9]+", "-", gpu.lower().removeprefix("nvidia ")).strip("-")
+
+
+def expected(facts: Facts, matrix: list[Variant], arm: arm_hosts.ArmHosts | None = None) -> list[ArmGen]:
+    """Every [[host]] whose row the aarch64 matrix has with CUDA, highest compute capability first;
+    a host without one is left out (variants.arm_hosts.problems, run by `mmstack check`, names it)."""
+    arm = arm or arm_hosts.load()
+    rows = [v for v in matrix if v.platform == SUBDIR and v.cuda is not None]
+    tegra = {a.compute_capability for a in facts.architecture if a.tegra}
+    out = []
+    for host in arm.host:
+        cc = archmod.parse_arch(host.compute_capability)
+        serving = [v for v in rows if v.arch_tag == host.row and archmod.coverage(
+            cc, v.targets, cuda=v.cuda, facts=facts).coverage in (archmod.Coverage.NATIVE, archmod.Coverage.LOWER_MINOR)]
+        if not serving:
+            continue
+        row = min(serving, key=lambda v: version_key(v.cuda or "0"))  # the oldest toolkit: the lowest driver floor
+        out.append(ArmGen(env=env_name(host.gpu), gpu=host.gpu, cuda_arch=host.compute_capability, cuda=row.cuda or "",
+                          glibc=row.c_stdlib_version or "2.28", mmcv_prefix=row.build_string_prefix,
+                          targets=row.targets, tegra=host.compute_capability in tegra))
+    return sorted(out, key=lambda g: version_key(g.cuda_arch), reverse=True)
