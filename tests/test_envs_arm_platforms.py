@@ -144,6 +144,11 @@ def test_lock_check_says_each_arm_environment_is_unlocked_and_why(tmp_path):
     assert "no linux-aarch64 repodata" not in summary
     assert "gh200 (linux-aarch64-gh200): unlocked: `mmstack lock` locks the root workspace only; pixi locks" \
         " envs/arm/pixi.toml" in summary
+    # a lock pixi wrote for the Arm workspace is not called unlocked, nor passed off as checked
+    tree = _tree(tmp_path)
+    (tree / "envs/arm/pixi.lock").write_text("version: 6\n")
+    _, summary = lock.collect_problems(root=tree)
+    assert "unlocked" not in summary and "envs/arm/pixi.toml: its pixi.lock (pixi's) is not checked" in summary
 
 
 # -- the root workspace: pixi's rule (an environment missing from pixi.lock outdates the whole lock) ----

@@ -1,4 +1,4 @@
-"""pixi.toml's linux-aarch64 generations, derived from the facts: one rich platform, feature and
+"""envs/arm/pixi.toml's linux-aarch64 generations, derived from the facts: one rich platform, feature and
 environment per Arm-hosted GPU of data/arm_hosts.toml ([[host]]), served by conda-forge's sbsa
 pytorch ([[build]]) and by the matrix's `# [aarch64]` row the host names.
 
@@ -7,7 +7,7 @@ build's toolkit: the driver floor), `__cuda_arch` = the host GPU's compute capab
 `__glibc` = the row's c_stdlib_version (the sysroot its packages need); the environment pins
 `cuda-version` to that CUDA and mmcv to the row's build string. The platforms are declared from
 the highest arch down, as the linux-64 ones (pixi installs the first declared platform a machine
-meets: policy._multi_gpu_env_problems cites where).
+meets: policy._multi_gpu_env_problems cites where). arm_manifest.py holds the file to them.
 """
 
 from __future__ import annotations

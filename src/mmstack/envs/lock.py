@@ -58,8 +58,10 @@ def arm_workspace_lines(inputs: Inputs, config: Path | None) -> list[str]:
     cfg = Path(config) if config else inputs.root / variants.CONFIG_FILE
     arm_matrix = variants.load_matrix(inputs.facts, cfg, arm_manifest.SUBDIR)
     manifest, _ = arm_manifest.check(inputs.root, inputs.manifest, inputs.facts, arm_matrix)
-    return [f"{arm_manifest.MANIFEST}: {len(manifest.envs)} {arm_manifest.SUBDIR} environments agree with the facts and the matrix",
-            *arm_manifest.unlocked(manifest, inputs.channels, inputs.root).values()]
+    head = f"{arm_manifest.MANIFEST}: {len(manifest.envs)} {arm_manifest.SUBDIR} environments agree with the facts and the matrix"
+    if (manifest.root / lockfile.PIXI_LOCK).is_file():  # written by `pixi lock --manifest-path envs/arm/pixi.toml`
+        return [head, f"{arm_manifest.MANIFEST}: its {lockfile.PIXI_LOCK} (pixi's) is not checked by `mmstack lock check` yet"]
+    return [head, *arm_manifest.unlocked(manifest, inputs.channels, inputs.root).values()]
 
 
 def selected_envs(manifest: Manifest, envs: list[str] | None) -> list[str]:
