@@ -167,6 +167,21 @@ def test_the_root_pixi_toml_declares_no_linux_aarch64_and_mmstack_lock_locks_eve
     assert policy.pixi_lock_problems(pixi_manifest.load(tree / "pixi.toml"), locked) == []
 
 
+def test_mmstack_lock_locks_the_root_workspace_and_says_each_arm_environment_is_unlocked(tmp_path_factory, capsys):
+    from mmstack.commands.lock_cmds import run_lock
+
+    tree = committed_lock.make(tmp_path_factory.mktemp("committed"))
+    (tree / "envs" / "arm").mkdir()
+    shutil.copy(ARM, tree / arm_manifest.MANIFEST)
+    before = (tree / "pixi.lock").read_text()
+    capsys.readouterr()
+    assert run_lock(root=tree, channels=[(tree / "channel").resolve().as_uri()], quiet=True) == 0
+    err = capsys.readouterr().err
+    assert sum(": unlocked: no linux-aarch64 repodata in ./channel/" in ln for ln in err.splitlines()) == 8, err
+    assert (tree / "pixi.lock").read_text() == before  # the root lock as it was: nothing of the Arm workspace in it
+    assert not (tree / "envs" / "arm" / "pixi.lock").exists()
+
+
 def test_no_arm_gpu_environment_the_solver_would_serve_wrongly(gens, arm_matrix):
     """Why envs/arm/pixi.toml has no `gpu` (one environment over the Arm platforms, CEP 46 picking):
     the `# [aarch64]` rows' ranking gives GB10 (12.1) and Thor (11.0) the sm100 build, whose SASS they
