@@ -204,7 +204,7 @@ def test_arm_hosted_gpus_get_no_linux64_environment(name):
     code, out, _ = mmstack("gpus", name, "--json")
     row = json.loads(out)
     assert code == 0 and row["environment"] is None and row["verify"] is None and row["host"] == "linux-aarch64"
-    assert "no linux-aarch64 environment exists yet" in row["environment_reason"]
+    assert "cannot install until a channel has linux-aarch64 mmcv builds" in row["environment_reason"]
     assert "TORCH_CUDA_ARCH_LIST=" in row["environment_reason"]
 
 

@@ -309,10 +309,11 @@ def serving_env(facts: Facts, cc: str, *, segment: str = "", host: str = "", bui
         gpu = parse_arch(cc, where="compute capability")
         would = serving_env(facts, cc)
         same = (f"; the {would.env} environment's build ({gpu.sm if would.coverage is Coverage.NATIVE else 'its SASS'})"
-                f" is what it would run once an environment for {host} exists" if would.env else "")
+                f" is what it would run, built for {host}" if would.env else "")
         return Serving(None, Coverage.NONE,
-                       f"this GPU only comes in {host} hosts and every mmstack environment is {', '.join(platforms)}"
-                       f" (no {host} environment exists yet){same}: on that host install a {host} CUDA pytorch"
+                       f"this GPU only comes in {host} hosts and every installable mmstack environment is"
+                       f" {', '.join(platforms)} (the {host} ones, envs/arm/pixi.toml, cannot install until a channel"
+                       f" has {host} mmcv builds; none does yet){same}: on that host install a {host} CUDA pytorch"
                        f" (conda-forge builds them) and build mmcv with TORCH_CUDA_ARCH_LIST={gpu}"
                        f" ({cuda_range(facts, str(gpu))})")
     gpu = parse_arch(cc, where="compute capability")
