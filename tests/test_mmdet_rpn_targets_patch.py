@@ -203,3 +203,13 @@ def test_counts_with_the_patch_lose_host_waits_in_the_rpn_and_roi_targets_only(b
     # what is left in the RPN's targets: per image, the count of anchors inside and one nonzero each
     # for the sampler's positives and negatives
     assert p6["rpn.targets"]["host_waits"] == 3 * int(bs)
+
+
+def test_upstreams_tests_of_the_touched_code_count_the_same_on_every_side():
+    doc = json.loads((CPU / "upstream_mmdet_p0006_cpu.json").read_text())
+    sides = doc["sides"]
+    assert set(sides) == {"released", "0006", "0005+0006"}
+    for name, side in sides.items():
+        assert side["failed"] == [] and side["counts"]["passed"] > 100, name
+        assert side["by_file"] == sides["released"]["by_file"], name
+    assert "tests/test_models/test_dense_heads/test_rpn_head.py" in sides["released"]["by_file"]
