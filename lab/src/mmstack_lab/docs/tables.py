@@ -1031,6 +1031,9 @@ VALUES: dict[str, Value] = {
     "cpu-ops-p0004-waits": Value("cpu-dev/detector_ops_p0004_bs8.json", compute=lambda d: " and ".join(
         "{} to {} ({})".format(_stage(load("cpu-dev/detector_ops_bs8.json"), "mmdet", st)["host_waits"],
                                _stage(d, "mmdet", st)["host_waits"], st) for st in ("rpn.targets", "roi.targets"))),
+    "cpu-ops-p0006-waits": Value("cpu-dev/detector_ops_p0006_bs8.json", compute=lambda d: ", ".join(
+        "{} to {} ({})".format(_stage(load("cpu-dev/detector_ops_bs8.json"), "mmdet", st)["host_waits"],
+                               _stage(d, "mmdet", st)["host_waits"], st) for st in ("rpn.targets", "rpn.loss", "iteration"))),
     "h200-detector-ratio-range": Value(f"{_R6}/detector_bs2_sm90.json", compute=lambda _d: _stage_ratio_range(_R6)),
     "h200-r5-detector-ratio-range": Value(f"{_R5}/detector_bs2_sm90.json", compute=lambda _d: _stage_ratio_range(_R5)),
     "h200-r5-profile-busy-ms": Value(f"{_R5}/profile_sm90.json", spec="{:.1f}",
