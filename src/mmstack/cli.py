@@ -176,7 +176,7 @@ def build(
     no_test: bool = typer.Option(False, "--no-test", help="Skip the recipes' test sections (L1-L4 in the sandbox)."),
     root: Path = typer.Option(Path("."), "--root", parser=_raw_path, callback=_not_empty, help="Repository root (recipes/, conda_build_config.yaml)."),
     variant: list[str] | None = typer.Option(None, "--variant", help="KEY=VALUE replacing a variant key's values for this build, e.g. cuda_compiler_version=13.0 (repeatable; --env then selects on the other keys)."),
-    keep_build: bool = typer.Option(False, "--keep-build", help="Keep the build trees (under --work-dir)."),
+    keep_build: bool = typer.Option(False, "--keep-build", help="Keep the build tree (--work-dir's mmstack-build-tree; the next build there empties it)."),
     work_dir: Path | None = typer.Option(None, "--work-dir", parser=_raw_path, callback=_not_empty, help="Where build trees go (default: the system temp dir)."),
     log: Path | None = typer.Option(None, "--log", parser=_raw_path, callback=_not_empty, help="Also write rattler-build's full log (build and test output) to this file."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress line (units compiled, ETA, the test running) on stderr."),

@@ -14,12 +14,14 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from mmstack import report
 from mmstack.builder import channel as channelmod
+from mmstack.builder.build_folder import build_folder
 from mmstack.builder.progress import BuildWatch
 from mmstack.errors import BadInput, BuildFailed
 
@@ -189,8 +191,10 @@ def run_build(
     """Build the recipe's variants that serve `env` (None or "all": every variant) into `channel_dir`.
 
     Dependencies resolve from the channel itself first (so an earlier build, e.g. the mmstack
-    package the tests need, is found), then `extra_channels`. `work_dir` holds the temporary
-    build tree (default: the system temp dir); it is removed afterwards unless `keep_build`.
+    package the tests need, is found), then `extra_channels`. `work_dir` holds the build tree
+    (default: the system temp dir), at one path for every build there (build_folder.py: so two
+    builds of the same sources embed the same host prefix); it is removed afterwards unless
+    `keep_build`, and a kept one is emptied by the next build in that work folder.
     `log_file` receives every line rattler-build logs (build script and test output), appended.
     `watch` (progress.BuildWatch) sees every logged line too and shows each build's progress.
     Overrides can make several rows of the matrix the same build: each build string is built once.
@@ -225,11 +229,12 @@ def run_build(
         channels.insert(0, channelmod.ensure_channel(channel_path).as_uri())
     tool = ToolConfiguration(test_strategy="native" if test and not cross else "skip", keep_build=keep_build)
     log_fh = open(log_file, "a", encoding="utf-8") if log_file else None
+    folder_stack = ExitStack()  # the build folder (build_folder.py), released when the builds end
     callback = EngineEvents(say, log_fh, watch)
 
-    out = Path(tempfile.mkdtemp(prefix="mmstack-build-", dir=work_dir))
     built: list[tuple[Path, Any, float, tuple[dict, ...]]] = []  # (package, BuildResult, seconds, test results)
     try:
+        out, fixed = folder_stack.enter_context(build_folder(work_dir, keep=keep_build, say=say))
         for i, variant in enumerate(rendered, 1):
             name = f"{variant.recipe.package.name}-{variant.recipe.package.version}-{variant.recipe.build.string}"
             say(f"[{i}/{len(rendered)}] building {name}")
@@ -240,7 +245,7 @@ def run_build(
                 watch.start(name)
             try:
                 result = variant.run_build(tool_config=tool, output_dir=out, channels=channels,
-                                           progress_callback=callback)
+                                           progress_callback=callback, no_build_id=fixed)
             except engine_errors() as exc:  # the engine's failure becomes BuildFailed with its log
                 raise _build_failed(name, exc, Path(work_dir or tempfile.gettempdir()),
                                     target_platform=target_platform, channels=channels) from None
@@ -255,10 +260,9 @@ def run_build(
             built.extend((Path(p), result, seconds, tested) for p in result.packages)
         landed = channelmod.add_packages(channel_path, [p for p, _, _, _ in built])
     finally:
+        folder_stack.close()
         if log_fh:
             log_fh.close()
-        if not keep_build:
-            shutil.rmtree(out, ignore_errors=True)
     return [
         BuiltPackage(path=dest, name=result.name, version=result.version, build_string=result.build_string,
                      variant=dict(result.variant), seconds=seconds, test_results=tested)
