@@ -5,6 +5,7 @@ Exit codes (docs/architecture.md): 0 all good, 1 a check found a problem, 2 bad 
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -306,12 +307,34 @@ def main(argv: list[str] | None = None) -> int:
 
     previous = interrupts.install()
     try:
-        return _run(argv, interrupts)
+        code = _run(argv, interrupts)
     except BaseException:  # whatever an interrupted native call raised on its way out; else a bug's traceback
         _if_interrupted(interrupts, argv)
         raise
     finally:
         interrupts.restore(previous)
+    if argv is None:  # the program (the mmstack script, python -m mmstack[.cli]), not a caller in-process
+        _leave_if_native_threads(code)
+    return code
+
+
+NATIVE = ("rattler", "rattler_build")  # py-rattler(-build): tokio worker threads that outlive the command
+
+
+def _leave_if_native_threads(code: int) -> None:
+    """Leave through os._exit once py-rattler or py-rattler-build ran: their tokio threads can call
+    into an interpreter that is finalizing ("PyGILState_Release: thread state ... must be current",
+    exit -6; seen once on `arch check --channel` on a loaded CI machine). commands/interrupts.py leaves
+    an interrupted command the same way. Nothing of mmstack's needs finalization: files are written
+    and closed inside the commands; stdout and stderr are flushed here."""
+    if not any(name in sys.modules for name in NATIVE):
+        return
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
 
 
 def _run(argv: list[str] | None, interrupts) -> int:
