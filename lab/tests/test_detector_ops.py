@@ -12,6 +12,7 @@ The `cuda_syncs` column (torch's own sync debug mode) is written for the GPU and
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -80,7 +81,8 @@ def test_nested_stages_are_inclusive():
     assert stack.open == []
 
 
-RESULTS = sorted((ROOT / "lab" / "results").glob("*/detector_ops_*.json"))
+RESULTS = sorted((ROOT / "lab" / "results").glob("**/detector_ops_*.json"))
+PATCH_ONLY = re.compile(r"detector_ops_p\d{4}_")  # a proposed patch's counts: mmdet's side is what it changes
 
 
 def test_results_are_committed():
@@ -91,9 +93,16 @@ def test_results_are_committed():
 def test_committed_counts_hold_together(path):
     doc = json.loads(path.read_text())
     assert "/work/" not in path.read_text() and "/tmp/" not in path.read_text()
+    assert "skipped" not in doc["frameworks"]["mmdet"], doc["frameworks"]["mmdet"]
     for name, side in doc["frameworks"].items():
+        if "skipped" in side and name != "mmdet" and PATCH_ONLY.match(path.name):
+            continue  # counted where the patch was applied (a prefix without torchvision): says why
         assert "skipped" not in side, f"{name}: {side.get('skipped')}"
-        assert side["same_every_iteration"] and len(set(side["ops_per_iteration"])) == 1
+        per_iter = side["ops_per_iteration"]
+        if doc["device"] == "cpu":
+            assert side["same_every_iteration"] and len(set(per_iter)) == 1
+        else:  # on CUDA a data-dependent branch may add an op in one iteration (H100, batch 2: 1,832 and 1,831)
+            assert side["same_every_iteration"] == (len(set(per_iter)) == 1) and max(per_iter) - min(per_iter) <= 0.01 * max(per_iter)
         st = side["stages"]
         for key in ("ops", "views", "host_waits"):
             assert sum(st[s][key] for s in side["top_level"]) + st["other"][key] == st["iteration"][key]
