@@ -19,6 +19,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from support.candidate_patch import released_equals_patched
 
 from mmstack_lab.ops import patch_ab
 from mmstack_lab.standin.offline import patched_sdist
@@ -83,14 +84,7 @@ def test_applies_after_the_recipes_patches_without_fuzz(tmp_path):
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("patch") is None, reason="GNU patch is not installed")
 def test_patched_assigner_assigns_as_released(real_mmcv_python, tmp_path):
-    over = patch_ab.overlay(PATCH, tmp_path / "overlay", real_mmcv_python, package="mmdet")
-    assert over.side == "patched"  # the installed mmdet is the recipe's, without the candidate
-    sides = patch_ab.each_side(real_mmcv_python, over, ASSIGN, timeout=600)
-    released, patched = sides["released"], sides["patched"]
-    assert released.keys() == patched.keys()
-    for name in released:
-        for i, (a, b) in enumerate(zip(released[name], patched[name], strict=True)):
-            assert a == b, f"{name}, case {i}: released {a} patched {b}"
+    released = released_equals_patched(PATCH, real_mmcv_python, ASSIGN, tmp_path / "overlay")
     # the cases exercise what changed: positives, low-quality matches past the thresholds, ties
     rpn = released["rpn"]
     assert any(-1 in c[2] and 0 in c[2] and any(x > 0 for x in c[2]) for c in rpn)

@@ -23,6 +23,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from support.candidate_patch import released_equals_patched
 
 from mmstack_lab.ops import patch_ab
 from mmstack_lab.standin.offline import patched_sdist
@@ -165,14 +166,8 @@ def test_applies_after_the_recipes_patches_and_0005_without_fuzz(tmp_path, befor
 
 @pytest.mark.skipif(shutil.which("patch") is None, reason="GNU patch is not installed")
 def test_patched_rpn_targets_losses_and_samplers_are_released_bit_for_bit(real_mmcv_python, tmp_path):
-    over = patch_ab.overlay(PATCH, tmp_path / "overlay", real_mmcv_python, package="mmdet")
-    assert over.side == "patched"  # the installed mmdet is the recipe's, without the candidate
-    sides = patch_ab.each_side(real_mmcv_python, over, TARGETS, timeout=600)
-    released, patched = sides["released"], sides["patched"]
-    assert released.keys() == patched.keys() == {"rpn", "sampler", "bce"}
-    for part in released:
-        for i, (a, b) in enumerate(zip(released[part], patched[part], strict=True)):
-            assert a == b, f"{part}, case {i}: released {a} patched {b}"
+    released = released_equals_patched(PATCH, real_mmcv_python, TARGETS, tmp_path / "overlay")
+    assert released.keys() == {"rpn", "sampler", "bce"}
     rpn = released["rpn"]
     # the cases reach what changed: padded batches (anchors outside the valid region), images
     # without boxes, more positives than the sampler takes (its random draw), a pos_weight

@@ -1,0 +1,23 @@
+"""A proposed mmdet/mmcv patch against the installed package: the same script on each side (an
+overlay of the installed package with the patch applied, as mmstack_lab.ops.patch_ab makes it), and
+every case's result equal. tests/test_mmdet_*_patch.py use it for their candidates."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mmstack_lab.ops import patch_ab
+
+
+def released_equals_patched(patch: Path, python: str, script: str, dest: Path, *, package: str = "mmdet") -> dict:
+    """Run `script` (printing a JSON object of lists of case results) released and patched; assert
+    the installed package lacks the patch and that each case is equal; return the released side."""
+    over = patch_ab.overlay(patch, dest, python, package=package)
+    assert over.side == "patched"  # the installed package is the recipe's, without the candidate
+    sides = patch_ab.each_side(python, over, script, timeout=600)
+    released, patched = sides["released"], sides["patched"]
+    assert released.keys() == patched.keys()
+    for part in released:
+        for i, (a, b) in enumerate(zip(released[part], patched[part], strict=True)):
+            assert a == b, f"{part}, case {i}: released {a} patched {b}"
+    return released
