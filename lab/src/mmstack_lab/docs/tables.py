@@ -429,6 +429,13 @@ def _gpu_seconds(side: Doc, key: str) -> str:
     return f"{side['seconds'][key]:,.0f} s ({side['run']})"
 
 
+def _vs_torchvision(d: Doc, batch: int) -> str:
+    """patch_ab --detector: mmdet over the matched torchvision on each side, released -> patched."""
+    (r,) = [r for r in d["detector"] if r["batch_size"] == batch]
+    ratio = [r[side]["mmdet"]["iters_per_s"] / r[side]["torchvision-matched"]["iters_per_s"] for side in ("released", "patched")]
+    return f"{ratio[0]:.3f}× to {ratio[1]:.3f}×"
+
+
 def _processes_ratio(d: Doc) -> str:
     """A --processes run's median pair ratio with its 95% interval, as prose."""
     p = d["processes"]
@@ -995,6 +1002,9 @@ VALUES: dict[str, Value] = {
                                                             compute=partial(_batched_nms_10k, key))
        for key, spec in (("patched_over_released", "{:.3f}"), ("torchvision_over_patched", "{:.1f}"),
                          ("released_median_us", "{:,.0f}"), ("patched_median_us", "{:,.0f}"))},
+    "h100-patchab-0005-bs8": Value(f"h100/perf-run1/patchab_mmdet-{_P5}.json", compute=lambda d: _vs_torchvision(d, 8)),
+    "h100-patchab-0014-cases": Value(f"h100/perf-run1/patchab_mmcv-{_P14}.json", compute=lambda d: "{} {:,}".format(
+        "all" if d["same"]["nms"]["identical"] else f"{d['same']['nms']['n_differing']:,} differ of", d["same"]["nms"]["cases"])),
     "gpu-time-before-sm90": Value(f"{GPU_TIME}", compute=lambda d: _gpu_seconds(d["before"], "build+test sm90")),
     "gpu-time-after-sm90": Value(f"{GPU_TIME}", compute=lambda d: _gpu_seconds(d["after"], "test mmcv_cuda130_sm90")),
     "gpu-time-cpu-sm90": Value(f"{GPU_TIME}", compute=lambda d: _gpu_seconds(d["cpu_machine"], "build sm90")
