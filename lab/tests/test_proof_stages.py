@@ -10,6 +10,7 @@ GPU ones in the runs under lab/results/h200/.
 from __future__ import annotations
 
 import ast
+import json
 import shutil
 import subprocess
 import sys
@@ -181,3 +182,33 @@ def test_proposed_seeds_the_candidate_builds_in_place_of_the_same_packages(tmp_p
     assert proposed == ["mmcv-2.2.0-cuda130_sm90_py312_h360a1f8_500.conda", "mmdet-3.3.0-mmcv22_pyh8259157_1.conda",
                         "mmstack-0.1.0-pyh8259157_0.conda"]
     assert "proposed" in driver.CARRIED, "a detached run copies the candidates too"
+
+
+def test_seed_leaves_only_this_calls_packages_in_the_channel(tmp_path):
+    """A warm GPU machine keeps the last call's channel: perf-run2 tested an earlier call's mmcv beside
+    the candidate, and its results replaced the candidate's. seed removes what this call did not carry."""
+    rattler_build = pytest.importorskip("rattler_build")
+    from mmstack.builder import channel
+    from mmstack_lab.proof.stages import _seed
+
+    def package(name: str, build: str) -> Path:
+        files = tmp_path / f"files-{name}-{build}"
+        (files / "share" / name).mkdir(parents=True)
+        (files / "share" / name / "x.txt").write_text(build)
+        out = tmp_path / f"built-{build}" / "noarch"
+        out.mkdir(parents=True, exist_ok=True)
+        return rattler_build.assemble_package(name=name, version="1.0", target_platform="noarch", build_string=build,
+                                              output_dir=out, files_dir=files, depends=[], noarch="generic").path
+
+    r = _run(tmp_path)
+    r.res.mkdir()
+    r.work.mkdir()
+    channel.add_packages(r.channel, [package("mmstack", "hold_0")])  # an earlier call's
+    (r.carry / "packages").mkdir(parents=True)
+    shutil.copy2(package("mmstack", "hnew_0"), r.carry / "packages")
+    assert _seed(r) == 0
+    assert [p.name for p in r.ours()] == ["mmstack-1.0-hnew_0.conda"]
+    index = json.loads((r.channel / "noarch" / "repodata.json").read_text())
+    assert sorted({**index.get("packages", {}), **index.get("packages.conda", {})}) == ["mmstack-1.0-hnew_0.conda"]
+    assert "removed 1 package(s) an earlier call left in the channel (mmstack-1.0-hold_0.conda)" in (
+        r.res / "STATUS").read_text()

@@ -183,6 +183,16 @@ def _seed(r: Run) -> int:
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     pkgs = [Path(shutil.copy2(p, staging / p.name)) for p in carried]
+    # the channel holds this call's packages and no others: a warm machine keeps the last call's
+    # channel, and perf-run2's `test` tested the earlier call's mmcv beside the candidate (same variant,
+    # same result files: the later one's replaced the candidate's). add_packages' index drops the
+    # removed files' rows.
+    stale = [p for p in r.ours() if p.name not in {c.name for c in carried}]
+    for p in stale:
+        p.unlink()
+    if stale:
+        r.status(f"seed: removed {len(stale)} package(s) an earlier call left in the channel "
+                 f"({', '.join(p.name for p in stale)})")
     code = ("import sys\nfrom mmstack.builder import channel\nchannel.ensure_channel(sys.argv[1], create=True)\n"
             "for p in channel.add_packages(sys.argv[1], sys.argv[2:]):\n    print(p.name)\n")
     rc = r.sh("seed", [r.py, "-c", code, str(r.channel), *map(str, pkgs)], env=r.mm_env())
