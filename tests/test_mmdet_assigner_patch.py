@@ -1,10 +1,10 @@
-"""Issue 24 item 2: proposed mmdet patch 0005 (0004 until patches/0004 took the number) (recipes/mmdet/proposed/) assigns MaxIoUAssigner's
-positives, low-quality matches and labels on the device, without reading back to the host per
-ground-truth box.
+"""Issue 24 item 2: mmdet recipe patch 0005 (0004 until patches/0004 took the number) assigns
+MaxIoUAssigner's positives, low-quality matches and labels on the device, without reading back to
+the host per ground-truth box.
 
-It is a candidate: it has not run on a GPU, and enters the recipe only after gpu-proof.sh's patchab
-stage has timed it there and the recipe's tests have passed with it. What the CPU can settle is
-settled here: it applies after the recipe's patches without fuzz; with the e2e build's real mmdet
+It waited in recipes/mmdet/proposed/ until its GPU run: lab/results/h100/perf-run2 tested a package
+built with it on the CPU machine (the recipe's whole test section passed on the H100) and timed it
+with patch_ab. Here: that run tested this very diff; it applies in the recipe's order without fuzz; with the e2e build's real mmdet
 (an overlay of the installed package, as patch_ab.py makes it) the released and the patched method
 give the same assignment, element for element, over random, tied and empty cases in the four
 settings that matter (the RPN's and the RoI head's configs, gt_max_assign_all=False, a negative IoU
@@ -20,12 +20,14 @@ from pathlib import Path
 
 import pytest
 from support.candidate_patch import released_equals_patched
+from support.gpu_entry import check_tested
 
 from mmstack_lab.ops import patch_ab
 from mmstack_lab.standin.offline import patched_sdist
 
 ROOT = Path(__file__).resolve().parents[1]
-PATCH = ROOT / "recipes" / "mmdet" / "proposed" / "0005-max-iou-assigner-on-the-device.patch"
+PATCH = ROOT / "recipes" / "mmdet" / "patches" / "0005-max-iou-assigner-on-the-device.patch"
+RUN = ROOT / "lab" / "results" / "h100" / "perf-run2"
 CPU = ROOT / "lab" / "results" / "cpu-dev"
 
 ASSIGN = r"""
@@ -65,16 +67,25 @@ print(json.dumps(out))
 def test_header_says_what_why_status_and_how_to_time_it():
     text = PATCH.read_text()
     head = text.split("\n---\n", 1)[0]
-    for key in ("What:", "Why:", "Status: proposed", "Upstream:", "patch_ab: --package mmdet"):
+    for key in ("What:", "Why:", "Status: in the recipe after its GPU", "Upstream:", "patch_ab: --package mmdet"):
         assert key in head, key
     assert patch_ab.header_args(PATCH)[:2] == ["--package", "mmdet"]
-    for recipe in ("recipe.yaml", "meta.yaml"):  # a candidate is not in the recipe yet
-        assert PATCH.name not in (ROOT / "recipes" / "mmdet" / recipe).read_text()
+
+
+def test_0005_entered_after_the_gpu_run_of_this_very_diff():
+    """perf-run2 seeded the CPU-built mmdet with 0005 and 0006, its whole test section passed on the
+    H100, and patch_ab timed 0005 against the same file: mmdet nearer torchvision at batch 8."""
+    doc = check_tested(RUN, PATCH, package_file="mmdet-3.3.0-mmcv22_pyh8259157_1.conda")
+    (bs8,) = [r for r in doc["detector"] if r["batch_size"] == 8]
+    ratio = {side: bs8[side]["mmdet"]["iters_per_s"] / bs8[side]["torchvision-matched"]["iters_per_s"]
+             for side in ("released", "patched")}
+    assert ratio["patched"] > ratio["released"]
+    assert all(bs8[side]["mmdet"]["losses_finite"] for side in ("released", "patched"))
 
 
 @pytest.mark.skipif(shutil.which("patch") is None, reason="GNU patch is not installed")
-def test_applies_after_the_recipes_patches_without_fuzz(tmp_path):
-    work = patched_sdist("mmdet", tmp_path, extra=(PATCH,))
+def test_applies_in_the_recipes_order_without_fuzz(tmp_path):
+    work = patched_sdist("mmdet", tmp_path)  # the recipe's patches, 0005 among them
     text = (work / "mmdet" / "models" / "task_modules" / "assigners" / "max_iou_assigner.py").read_text()
     assert "for i in range(num_gts):" in text  # kept for gt_max_assign_all=False
     assert "last = (hit * gt_ids).max(dim=0).values" in text and "torch.nonzero" not in text

@@ -1,12 +1,13 @@
-"""Issue 43 item 1: proposed mmdet patch 0006 (recipes/mmdet/proposed/) takes the RPN's targets and
+"""Issue 43 item 1: mmdet recipe patch 0006 takes the RPN's targets and
 loss off most of their host waits: anchors and targets by indices of a known size instead of
 boolean masks, RandomSampler's and PseudoSampler's `unique` (a read back) dropped where the indices
 are distinct already, the binary cross entropy's one-hot labels by a comparison instead of nonzero,
 and the valid flags and concatenations that every image of a batch shares made once.
 
-It is a candidate: it enters the recipe only after the patchab stage has timed it on a GPU. What the
-CPU settles is settled here: it applies after the recipe's patches and after candidate 0005 (and
-without 0005: it touches none of 0005's files) without fuzz; with the e2e build's real mmdet (an
+It waited in recipes/mmdet/proposed/ until its GPU run: lab/results/h100/perf-run2 tested a package
+built with it on the CPU machine (the recipe's whole test section passed on the H100) and timed it
+with patch_ab. Here: that run tested this very diff; it applies in the recipe's order, after 0005
+(it touches none of 0005's files), without fuzz; with the e2e build's real mmdet (an
 overlay of the installed package, as patch_ab.py makes it) the released and the patched code give
 the same targets, sampled indices (same seed: the same random draws), losses and gradients, bit for
 bit, over padded and unpadded batches, images without boxes, crowded images with more positives than
@@ -24,14 +25,16 @@ from pathlib import Path
 
 import pytest
 from support.candidate_patch import released_equals_patched
+from support.gpu_entry import check_tested
 
 from mmstack_lab.ops import patch_ab
 from mmstack_lab.standin.offline import patched_sdist
 
 ROOT = Path(__file__).resolve().parents[1]
-PROPOSED = ROOT / "recipes" / "mmdet" / "proposed"
-PATCH = PROPOSED / "0006-rpn-targets-and-loss-without-host-reads.patch"
-P0005 = PROPOSED / "0005-max-iou-assigner-on-the-device.patch"
+PATCHES = ROOT / "recipes" / "mmdet" / "patches"
+PATCH = PATCHES / "0006-rpn-targets-and-loss-without-host-reads.patch"
+P0005 = PATCHES / "0005-max-iou-assigner-on-the-device.patch"
+RUN = ROOT / "lab" / "results" / "h100" / "perf-run2"
 CPU = ROOT / "lab" / "results" / "cpu-dev"
 TOUCHED = ("mmdet/models/dense_heads/anchor_head.py", "mmdet/models/losses/cross_entropy_loss.py",
            "mmdet/models/task_modules/samplers/base_sampler.py",
@@ -142,17 +145,26 @@ print(json.dumps(out))
 
 def test_header_says_what_why_status_after_0005_and_how_to_time_it():
     head = PATCH.read_text().split("\n---\n", 1)[0]
-    for key in ("What:", "Why:", "Status: proposed", "Upstream:", "patch_ab: --package mmdet", "after 0005"):
+    for key in ("What:", "Why:", "Status: in the recipe after its GPU", "Upstream:", "patch_ab: --package mmdet",
+                "after 0005"):
         assert key in head, key
     assert patch_ab.header_args(PATCH)[:2] == ["--package", "mmdet"]
-    for recipe in ("recipe.yaml", "meta.yaml"):  # a candidate is not in the recipe yet
-        assert PATCH.name not in (ROOT / "recipes" / "mmdet" / recipe).read_text()
+
+
+def test_0006_entered_after_the_gpu_run_of_this_very_diff():
+    """perf-run2 seeded the CPU-built mmdet with 0005 and 0006, its whole test section passed on the
+    H100, and patch_ab timed 0006 (0005 on both sides) against the same file."""
+    doc = check_tested(RUN, PATCH, package_file="mmdet-3.3.0-mmcv22_pyh8259157_1.conda")
+    (bs8,) = [r for r in doc["detector"] if r["batch_size"] == 8]
+    ratio = {side: bs8[side]["mmdet"]["iters_per_s"] / bs8[side]["torchvision-matched"]["iters_per_s"]
+             for side in ("released", "patched")}
+    assert ratio["patched"] > ratio["released"]
+    assert all(bs8[side]["mmdet"]["losses_finite"] for side in ("released", "patched"))
 
 
 @pytest.mark.skipif(shutil.which("patch") is None, reason="GNU patch is not installed")
-@pytest.mark.parametrize("before", [(P0005,), ()], ids=["after-0005", "alone"])
-def test_applies_after_the_recipes_patches_and_0005_without_fuzz(tmp_path, before):
-    work = patched_sdist("mmdet", tmp_path, extra=(*before, PATCH))
+def test_applies_in_the_recipes_order_after_0005_without_fuzz(tmp_path):
+    work = patched_sdist("mmdet", tmp_path)  # the recipe's patches: 0005, then 0006
     for name in TOUCHED:
         compile((work / name).read_text(), name, "exec")
     head = (work / TOUCHED[0]).read_text()

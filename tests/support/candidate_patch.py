@@ -1,6 +1,7 @@
-"""A proposed mmdet/mmcv patch against the installed package: the same script on each side (an
-overlay of the installed package with the patch applied, as mmstack_lab.ops.patch_ab makes it), and
-every case's result equal. tests/test_mmdet_*_patch.py use it for their candidates."""
+"""A mmdet/mmcv patch of ours against the installed package: the same script on each side (an overlay
+of the installed package with the patch applied, or reversed where the installed package carries it
+already, as mmstack_lab.ops.patch_ab makes it), and every case's result equal. tests/test_mmdet_*_patch.py
+use it for their patches."""
 
 from __future__ import annotations
 
@@ -11,9 +12,11 @@ from mmstack_lab.ops import patch_ab
 
 def released_equals_patched(patch: Path, python: str, script: str, dest: Path, *, package: str = "mmdet") -> dict:
     """Run `script` (printing a JSON object of lists of case results) released and patched; assert
-    the installed package lacks the patch and that each case is equal; return the released side."""
+    the installed package carries the patch exactly when the recipe lists it (patches/, not
+    proposed/) and that each case is equal; return the released side."""
     over = patch_ab.overlay(patch, dest, python, package=package)
-    assert over.side == "patched"  # the installed package is the recipe's, without the candidate
+    # the overlay is the side the installed package is not: a recipe patch is reversed there
+    assert over.side == ("released" if patch.parent.name == "patches" else "patched")
     sides = patch_ab.each_side(python, over, script, timeout=600)
     released, patched = sides["released"], sides["patched"]
     assert released.keys() == patched.keys()

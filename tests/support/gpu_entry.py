@@ -46,3 +46,34 @@ def check_entered(run: Path, patch: Path, *, upstream_file: str) -> dict:
     assert up["released"]["counts"] == up["patched"]["counts"] and up["patched"]["counts"]["failed"] == 0
     assert up["patched"]["counts"]["passed"] > 0
     return doc
+
+
+def check_tested(run: Path, patch: Path, *, package_file: str) -> dict | None:
+    """The CPU-built flow (issue 39): a `--proposed` build on the CPU machine, carried to the GPU
+    machine, whose `test` stage ran the package's whole test section there. Assert that `run` tested
+    this very diff of `patch` (now listed by both recipes) in `package_file` with its section passing
+    and the installed ladder passing; return the run's patch_ab result for the patch (None for a
+    build-only patch without a `patch_ab:` line), after checking it measured a package that carried
+    the same file and that upstream's tests came out alike on both sides."""
+    package = patch.parents[1].name
+    key = f"{package}/{patch.name}"
+    assert json.loads((run / "proposed_diffs.json").read_text())["diff_sha256"][key] == diff_sha256(patch.read_text()), \
+        f"{key} changed since the GPU run"
+    for recipe in ("recipe.yaml", "meta.yaml"):
+        assert f"patches/{patch.name}" in (patch.parents[1] / recipe).read_text()
+    status = (run / "STATUS").read_text()
+    seeded = next(line for line in status.splitlines() if "carried packages (" in line)
+    assert package_file in seeded, f"{package_file} was not the package the run seeded"
+    assert f"test {package_file} rc=0" in status and "verify sm90 rc=0" in status
+    results = list(run.glob(f"patchab_{package}-{patch.name.split('-', 1)[0]}-*.json"))
+    if not results:
+        assert not any(line.startswith("patch_ab:") for line in patch.read_text().splitlines())
+        return None
+    (result,) = results
+    doc = json.loads(result.read_text())
+    assert doc["installed_carries_patch"] is True
+    assert f"{doc['patch_sha256']} {key}" in (run / "proposed.txt").read_text().splitlines()
+    up = doc.get("upstream")
+    if up:
+        assert up["released"]["counts"] == up["patched"]["counts"] and up["patched"]["counts"]["failed"] == 0
+    return doc

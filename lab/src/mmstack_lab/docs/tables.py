@@ -382,8 +382,10 @@ def _retime_range(design: str, bs: str) -> str:
 
 
 # bench_detector.py --processes: (where it ran, file) in the order they ran; H200 rows join here
-_PROCESSES = (("H100 (sm_90)", "h100/perf-run1/detprocs_bs8_sm90.json"),
-              ("H100 (sm_90)", "h100/perf-run1/detprocs_bs16_sm90.json"),
+_PROCESSES = (("H100 (sm_90), mmdet to 0004, mmcv to 0013", "h100/perf-run1/detprocs_bs8_sm90.json"),
+              ("H100 (sm_90), mmdet to 0004, mmcv to 0013", "h100/perf-run1/detprocs_bs16_sm90.json"),
+              ("H100 (sm_90), + mmdet 0005-0006, mmcv 0014-0015", "h100/perf-run2/detprocs_bs8_sm90.json"),
+              ("H100 (sm_90), + mmdet 0005-0006, mmcv 0014-0015", "h100/perf-run2/detprocs_bs16_sm90.json"),
               ("dev CPU, 2 cores", "cpu-dev/detprocs_cpu.json"))
 DETECTOR_GOAL = 0.9  # issue 24 item 2: mmdet's it/s >= 0.9x torchvision's at matched settings
 DETECTOR_PARITY = 1.0  # issue 43 item 1: >= 1.0x at batch 8 and 16, the interval above it
@@ -1009,6 +1011,8 @@ VALUES: dict[str, Value] = {
     "gpu-time-after-sm90": Value(f"{GPU_TIME}", compute=lambda d: _gpu_seconds(d["after"], "test mmcv_cuda130_sm90")),
     "gpu-time-cpu-sm90": Value(f"{GPU_TIME}", compute=lambda d: _gpu_seconds(d["cpu_machine"], "build sm90")
                                + f" on {d['cpu_machine']['cores']} cores"),
+    **{f"h100-detprocs-proposed-bs{bs}": Value(f"h100/perf-run2/detprocs_bs{bs}_sm90.json", compute=_processes_ratio)
+       for bs in (8, 16)},
     **{f"h100-detprocs-bs{bs}": Value(f"h100/perf-run1/detprocs_bs{bs}_sm90.json", compute=_processes_ratio)
        for bs in (8, 16)},
     "h200-patchab-0012-upstream": Value(f"h200/recipe-run9/patchab_mmcv-{_P12}.json", compute=_upstream_counts),
