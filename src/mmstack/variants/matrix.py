@@ -79,6 +79,26 @@ class Variant:
         return () if self.cuda is None else archmod.parse_arch_list(self.arch_list)
 
     @property
+    def cuda_arch_spec(self) -> str | None:
+        """The per-generation build's `__cuda_arch` run requirement, `>=10.0,<11` (recipes/mmcv renders the
+        same): from its lowest SASS arch up to the next major, where plain SASS stops running (facts/arch.py's
+        rule), so a machine whose `__cuda_arch` is past its SASS (GB10 12.1, Thor 11.0 beside an sm100 row)
+        takes the fat build's native SASS, not this build's PTX by JIT. None for the CPU and fat rows."""
+        if self.arch_min is None:
+            return None
+        return f">={self.arch_min},<{archmod.parse_arch(self.arch_min).major + 1}"
+
+    def admits(self, cuda_arch: str | None) -> bool:
+        """Whether a machine of this `__cuda_arch` meets the row's `cuda_arch_spec` (the fat and CPU rows
+        need no `__cuda_arch`; a per-generation row needs one in its range)."""
+        if self.arch_min is None:
+            return True
+        if cuda_arch is None:
+            return False
+        cc = archmod.parse_arch(cuda_arch).plain
+        return archmod.parse_arch(self.arch_min).plain <= cc and cc.major < archmod.parse_arch(self.arch_min).major + 1
+
+    @property
     def key(self) -> str:
         """A stable id (CI cache keys, job names); an aarch64 row's ends in its platform."""
         key = f"py{self.python.replace('.', '')}-{self.build_string_prefix}-pytorch{self.pytorch}"
@@ -94,6 +114,7 @@ class Variant:
             "arch_tag": self.arch_tag,
             "build_string_prefix": self.build_string_prefix,
             "cuda_arch_min": self.arch_min or "none",
+            "cuda_arch": self.cuda_arch_spec,
             "build_number": self.build_number,
             "envs": list(self.envs),
             "target_platform": self.platform,
