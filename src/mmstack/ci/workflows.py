@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
 
@@ -65,7 +66,7 @@ def runner_key(v: Variant) -> str:
     return v.envs[0]
 
 
-def job_name(v: Variant, rows: list[Variant] = ()) -> str:
+def job_name(v: Variant, rows: Sequence[Variant] = ()) -> str:
     """`py3.11 pytorch2.13 cuda12.9 sm89 (rtx4090)`, `py3.11 pytorch2.12 cpu (cpu)`, `py3.11 pytorch2.13
     cuda12.9 all (any GPU)`: the pytorch minor too, the matrix builds two (conda-forge's pin and target).
     Another platform's row names it and the Arm hosts it serves: `py3.11 pytorch2.13 cuda13.0 sm90
@@ -76,7 +77,7 @@ def job_name(v: Variant, rows: list[Variant] = ()) -> str:
     return f"py{v.python} pytorch{v.pytorch} {build} ({', '.join(v.envs) or 'any GPU'})"
 
 
-def _arm_hosts(v: Variant, rows: list[Variant]) -> str:
+def _arm_hosts(v: Variant, rows: Sequence[Variant]) -> str:
     """The Arm hosts of data/arm_hosts.toml a solver installs the row on (arm_hosts.serving_row over
     `rows`, the matrix of its platform; 'any Arm host' for the CPU and fat rows)."""
     from mmstack.variants import arm_hosts

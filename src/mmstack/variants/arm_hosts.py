@@ -18,8 +18,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from mmstack.facts import arch as archmod
 from mmstack.facts.datafile import load_model
-from mmstack.facts.gpus import Facts, version_key
+from mmstack.facts.gpus import Facts
 from mmstack.variants.matrix import FAT_TAG, Variant
+from mmstack.variants.matrix import serving_row as matrix_serving_row
 
 ARM_FILE = "arm_hosts.toml"
 PLATFORM = "linux-aarch64"
@@ -62,13 +63,9 @@ def load() -> ArmHosts:
 
 
 def serving_row(rows: list[Variant], cuda_arch: str, platform: str = PLATFORM) -> Variant | None:
-    """The CUDA row of `platform` a solver installs on a machine of this `__cuda_arch`: of the rows whose
-    `__cuda_arch` requirement it meets (Variant.admits; the fat row needs none), the highest build number
-    (100 x mmcv_priority), and of equals the oldest CUDA (the lowest driver floor). None without one."""
-    fits = [v for v in rows if v.platform == platform and v.cuda is not None and v.admits(cuda_arch)]
-    if not fits:
-        return None
-    return min(fits, key=lambda v: (-v.build_number, version_key(v.cuda or "0")))
+    """The CUDA row of `platform` a solver installs on a machine of this `__cuda_arch`
+    (variants/matrix.py serving_row over that platform's rows)."""
+    return matrix_serving_row([v for v in rows if v.platform == platform], cuda_arch)
 
 
 def sass_runs(facts: Facts, cuda_arch: str, v: Variant) -> bool:

@@ -139,6 +139,17 @@ class Variant:
         return keys
 
 
+def serving_row(rows: list[Variant], cuda_arch: str | None) -> Variant | None:
+    """The CUDA row a solver installs on a machine of this `__cuda_arch` (rows of one platform, of CUDA
+    majors its driver takes): of those whose `__cuda_arch` requirement it meets (Variant.admits; the fat
+    row needs none), the highest build number (100 x mmcv_priority), of equals the oldest CUDA (the
+    lowest driver floor). The one model of the recipe's CEP 46 ranking; None where no CUDA row fits."""
+    fits = [v for v in rows if v.cuda is not None and v.admits(cuda_arch)]
+    if not fits:
+        return None
+    return min(fits, key=lambda v: (-v.build_number, tuple(int(p) for p in (v.cuda or "0").split("."))))
+
+
 def read_config(path: Path, target_platform: str = PLATFORM) -> list[dict]:
     """Read the file with py-rattler-build for a target subdir (its selectors keep that platform's
     rows); return its combinations as plain dicts."""
