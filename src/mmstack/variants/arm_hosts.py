@@ -19,8 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from mmstack.facts import arch as archmod
 from mmstack.facts.datafile import load_model
 from mmstack.facts.gpus import Facts
-from mmstack.variants.matrix import FAT_TAG, Variant
-from mmstack.variants.matrix import serving_row as matrix_serving_row
+from mmstack.variants.matrix import FAT_TAG, Variant, serving_row as matrix_serving_row
 
 ARM_FILE = "arm_hosts.toml"
 PLATFORM = "linux-aarch64"
