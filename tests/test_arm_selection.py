@@ -10,7 +10,6 @@ pin and name that same build."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import subprocess
@@ -29,6 +28,7 @@ from mmstack_lab.standin import fake_channel
 
 ROOT = Path(__file__).resolve().parents[1]
 ARM_MANIFEST = ROOT / "envs" / "arm" / "pixi.toml"
+CONDA_DOC = json.loads((ROOT / "tests" / "data" / "solver_selection" / "arm_conda.json").read_text())
 SPECS = ["mmcv", "python 3.11.*"]
 SUBDIR = arm_hosts.PLATFORM
 
@@ -43,19 +43,13 @@ def rows(facts):
     return matrix.load_matrix(facts, ROOT / matrix.CONFIG_FILE, SUBDIR)
 
 
-def _unbounded(p: fake_channel.Pkg) -> fake_channel.Pkg:
-    """The mmcv build as the recipe wrote it before the upper bound: `__cuda_arch >=<min>` only."""
-    deps = tuple(d.split(",")[0] if d.startswith("__cuda_arch ") else d for d in p.depends)
-    return dataclasses.replace(p, depends=deps)
-
-
 @pytest.fixture(scope="module")
 def channels(tmp_path_factory, rows):
+    """As tests/data/solver_selection/make_arm_fixture.py writes them for the real conda: the recipe's
+    `__cuda_arch` range, and `>=<min>` alone (the recipe before its upper bound)."""
     d = tmp_path_factory.mktemp("arm-selection")
-    pkgs = fake_channel.standard_packages(rows, pythons=("3.11",), subdir=SUBDIR)
-    unbounded = [_unbounded(p) if p.name == "mmcv" else p for p in pkgs]
-    return {"recipe": fake_channel.url(fake_channel.build_channel(d / "recipe", pkgs)),
-            "unbounded": fake_channel.url(fake_channel.build_channel(d / "unbounded", unbounded))}
+    return {name: fake_channel.url(fake_channel.build_channel(d / name, fake_channel.standard_packages(
+        rows, pythons=("3.11",), subdir=SUBDIR, cuda_arch_bound=bound))) for name, bound in (("recipe", True), ("unbounded", False))}
 
 
 def _platforms():
@@ -172,3 +166,22 @@ def test_a_per_generation_row_admits_its_major_only(rows, cc, ok):
     assert sm100.admits(cc) is ok
     fat = next(v for v in rows if v.arch_tag == matrix.FAT_TAG)
     assert fat.cuda_arch_spec is None and fat.admits(cc) and fat.admits(None)
+
+
+def test_the_real_conda_installs_on_each_arm_platform_what_py_rattler_does(channels):
+    """conda 26.7.1 (classic) with nvidia-virtual-packages 0.2.0, CONDA_SUBDIR=linux-aarch64, on the same
+    channels (tests/data/solver_selection/arm_conda.json, made by make_arm_fixture.py): `__cuda_arch`
+    reaches it, and for every platform and both channels it installs py-rattler's build, so the upper
+    bound holds for the real conda too (it checks the dependency on the virtual package)."""
+    assert (CONDA_DOC["conda"], CONDA_DOC["solver"]) == ("26.7.1", "classic") and "STAND-IN" in CONDA_DOC["stand_in"]
+    assert CONDA_DOC["nvidia_virtual_packages"] and CONDA_DOC["env"]["CONDA_SUBDIR"] == SUBDIR
+    recorded = {(a["platform"], a["channel"]): a for a in CONDA_DOC["answers"]}
+    assert sorted({p for p, _ in recorded}) == sorted(p.name for p in _platforms())
+    for plat in _platforms():
+        vps = plat.virtual_packages
+        for name, url in channels.items():
+            theirs = recorded[(plat.name, name)]
+            assert theirs["specs"] == SPECS
+            assert theirs["virtual_packages"] == {"__cuda": vps["__cuda"], "__cuda_arch": vps["__cuda_arch"]}
+            ours = _solve(url, vps["__cuda"], vps["__cuda_arch"])
+            assert (theirs["build"], theirs["build_number"]) == (selection.mask_hash(ours.build), ours.build_number), (plat.name, name)

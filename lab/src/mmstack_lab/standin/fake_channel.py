@@ -82,21 +82,24 @@ def cuda_arch_packages() -> list[Pkg]:
                 constrains=tuple(c.format(version=v) for c in spec["run_constraints"])) for v in spec["versions"]]
 
 
-def mmcv_depends(v, *, cuda_arch_guard: bool = True) -> tuple[str, ...]:
+def mmcv_depends(v, *, cuda_arch_guard: bool = True, cuda_arch_bound: bool = True) -> tuple[str, ...]:
     """One mmcv build's run requirements as recipes/mmcv renders them (plus the run-exports that
     matter to a solve: cuda-version's, cuda-arch's). `cuda_arch_guard=False` leaves the dependency on
-    `__cuda_arch` out: CEP 46's recipe pattern alone, which a solver without `__cuda_arch` does not hold back."""
+    `__cuda_arch` out: CEP 46's recipe pattern alone, which a solver without `__cuda_arch` does not hold back.
+    `cuda_arch_bound=False` writes it as the recipe did before its upper bound, `__cuda_arch >=<min>`."""
     torch = f"pytorch >={v.pytorch},<{v.pytorch}.999"
     if v.cuda is None:
         return (_py(v.python), torch, "numpy")
     deps: tuple[str, ...] = (_py(v.python), torch, f"__cuda >={v.cuda.split('.')[0]}", _cuda_range(v.cuda), "numpy")
     if v.arch_min:
-        deps += (f"cuda-arch >={v.arch_min}",) + ((f"__cuda_arch {v.cuda_arch_spec}",) if cuda_arch_guard else ())
+        spec = v.cuda_arch_spec if cuda_arch_bound else f">={v.arch_min}"
+        deps += (f"cuda-arch >={v.arch_min}",) + ((f"__cuda_arch {spec}",) if cuda_arch_guard else ())
     return deps
 
 
 def standard_packages(matrix, *, pythons=("3.11", "3.12"), cuda_versions=("12.8", "12.9", "13.0"),
-                      extra: tuple[Pkg, ...] = (), cuda_arch_guard: bool = True, subdir: str = "linux-64") -> list[Pkg]:
+                      extra: tuple[Pkg, ...] = (), cuda_arch_guard: bool = True, subdir: str = "linux-64",
+                      cuda_arch_bound: bool = True) -> list[Pkg]:
     """The channel for the repository's pixi.toml: runtime, tooling, and mmcv per matrix variant; every
     package that is not noarch is built for `subdir` (linux-aarch64 for envs/arm/pixi.toml's rows)."""
     pkgs: list[Pkg] = cuda_arch_packages()
@@ -129,7 +132,7 @@ def standard_packages(matrix, *, pythons=("3.11", "3.12"), cuda_versions=("12.8"
         # rows of two pytorch minors share the prefix; the hash (of the depends: the pytorch pin)
         # tells them apart, as the recipe's variant hash does
         pkgs.append(Pkg("mmcv", "2.2.0", f"{v.build_string_prefix}_py{tag}",
-                        depends=mmcv_depends(v, cuda_arch_guard=cuda_arch_guard), build_number=v.build_number,
+                        depends=mmcv_depends(v, cuda_arch_guard=cuda_arch_guard, cuda_arch_bound=cuda_arch_bound), build_number=v.build_number,
                         constrains=(f"pytorch * {'cpu' if v.cuda is None else 'cuda'}*",)))
     # recipes/mmdet's build (patched for mmcv 2.2) and conda-forge's unpatched one, which the
     # `mmcv22_*` build pin must keep out.
