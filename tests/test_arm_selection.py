@@ -185,3 +185,16 @@ def test_the_real_conda_installs_on_each_arm_platform_what_py_rattler_does(chann
             assert theirs["virtual_packages"] == {"__cuda": vps["__cuda"], "__cuda_arch": vps["__cuda_arch"]}
             ours = _solve(url, vps["__cuda"], vps["__cuda_arch"])
             assert (theirs["build"], theirs["build_number"]) == (selection.mask_hash(ours.build), ours.build_number), (plat.name, name)
+
+
+def test_mmstack_detect_names_the_same_build_and_environment_for_every_arm_host(facts, rows, monkeypatch):
+    """verify/doctor.assign_envs (`mmstack detect`, `mmstack doctor`) on an Arm host's GPU: the build and
+    the Arm environment of envs/arm_platforms.host_choice, the same as `mmstack gpus` and the pins."""
+    from mmstack.verify.doctor import assign_envs
+
+    monkeypatch.chdir(ROOT)  # the conda_build_config.yaml it reads, as `mmstack gpus` does
+    for gen in arm_platforms.expected(facts, rows):
+        (row,) = assign_envs([{"name": gen.gpu, "compute_capability": gen.cuda_arch}], facts)
+        assert row["environment"] is None and row["runs"] in ("native", "lower-minor"), gen.gpu
+        assert f"a solver installs mmcv {gen.mmcv_prefix} (CUDA {gen.cuda}" in row["reason"], gen.gpu
+        assert f"envs/arm/pixi.toml's {gen.env} environment pins it" in row["reason"], gen.gpu

@@ -35,40 +35,16 @@ def _fat_builds(facts) -> tuple[archmod.Build, ...]:
 
 
 def _arm_matrix(facts) -> tuple[list, list]:
-    """The linux-aarch64 rows of the conda_build_config.yaml here and envs/arm/pixi.toml's generations
-    derived from them (envs/arm_platforms.py); ([], []) where the config cannot be read."""
+    """The linux-aarch64 rows of the conda_build_config.yaml here and envs/arm/pixi.toml's generations."""
     from mmstack.envs import arm_platforms
-    from mmstack.errors import CheckFailed
 
-    config = Path(variants.CONFIG_FILE)
-    if not config.is_file():
-        return [], []
-    try:
-        rows = variants.load_matrix(facts, config, arm_platforms.SUBDIR)
-    except (BadInput, CheckFailed):
-        return [], []
-    return rows, arm_platforms.expected(facts, rows)
-
-
-def host_choice(gpu, rows: list, gens: list) -> tuple[archmod.Build | None, str | None]:
-    """For a GPU of the Arm hosts: the build a solver installs there (variants/arm_hosts.py serving_row,
-    the choice envs/arm/pixi.toml pins too) and the Arm environment that pins it (the GPU's own, else
-    one of its compute capability); (None, None) for any other GPU or without the rows."""
-    from mmstack.variants import arm_hosts
-
-    if gpu.host != arm_hosts.PLATFORM or not rows:
-        return None, None
-    row = arm_hosts.serving_row(rows, gpu.compute_capability)
-    if row is None:
-        return None, None
-    gen = next((g for g in gens if g.gpu == gpu.name), None) or \
-        next((g for g in gens if g.cuda_arch == gpu.compute_capability), None)
-    env = gen.env if gen is not None and gen.mmcv_prefix == row.build_string_prefix else None
-    return archmod.Build(row.build_string_prefix, row.cuda or "", row.targets), env
+    return arm_platforms.load_rows(facts, Path(variants.CONFIG_FILE))
 
 
 def _gpu_row(facts, gpu, builds: tuple = (), arm: tuple[list, list] = ([], [])) -> dict:
-    host_build, host_env = host_choice(gpu, *arm)
+    from mmstack.envs import arm_platforms
+
+    host_build, host_env = arm_platforms.host_choice(gpu.name, gpu.compute_capability, gpu.host, *arm)
     served = archmod.serving_env(facts, gpu.compute_capability, segment=gpu.segment, host=gpu.host, builds=builds,
                                  host_build=host_build, host_env=host_env)
     return {

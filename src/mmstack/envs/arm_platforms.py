@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 from mmstack.facts import arch as archmod
 from mmstack.facts.gpus import Facts, version_key
@@ -66,3 +67,32 @@ def expected(facts: Facts, matrix: list[Variant], arm: arm_hosts.ArmHosts | None
                           glibc=row.c_stdlib_version or "2.28", mmcv_prefix=row.build_string_prefix,
                           targets=row.targets, tegra=host.compute_capability in tegra))
     return sorted(out, key=lambda g: version_key(g.cuda_arch), reverse=True)
+
+
+def load_rows(facts: Facts, config: Path) -> tuple[list[Variant], list[ArmGen]]:
+    """The linux-aarch64 rows of `config` (a conda_build_config.yaml) and the generations derived from
+    them; ([], []) where it is missing or does not read (an installed mmstack away from a checkout)."""
+    from mmstack.errors import BadInput, CheckFailed
+    from mmstack.variants import matrix
+
+    if not Path(config).is_file():
+        return [], []
+    try:
+        rows = matrix.load_matrix(facts, Path(config), SUBDIR)
+    except (BadInput, CheckFailed):
+        return [], []
+    return rows, expected(facts, rows)
+
+
+def host_choice(gpu: str, cc: str, host: str, rows: list[Variant], gens: list[ArmGen]) -> tuple[archmod.Build | None, str | None]:
+    """For a GPU of the Arm hosts (`host` linux-aarch64): the build a solver installs there
+    (arm_hosts.serving_row, the build envs/arm/pixi.toml pins) and the Arm environment that pins it (the
+    GPU's own, else one of its compute capability); (None, None) for any other GPU or without the rows."""
+    if host != SUBDIR or not rows:
+        return None, None
+    row = arm_hosts.serving_row(rows, cc, SUBDIR)
+    if row is None:
+        return None, None
+    gen = next((g for g in gens if g.gpu == gpu), None) or next((g for g in gens if g.cuda_arch == cc), None)
+    env = gen.env if gen is not None and gen.mmcv_prefix == row.build_string_prefix else None
+    return archmod.Build(row.build_string_prefix, row.cuda or "", row.targets), env
