@@ -198,3 +198,18 @@ def test_mmstack_detect_names_the_same_build_and_environment_for_every_arm_host(
         assert row["environment"] is None and row["runs"] in ("native", "lower-minor"), gen.gpu
         assert f"a solver installs mmcv {gen.mmcv_prefix} (CUDA {gen.cuda}" in row["reason"], gen.gpu
         assert f"envs/arm/pixi.toml's {gen.env} environment pins it" in row["reason"], gen.gpu
+
+
+def test_a_per_generation_row_whose_range_admits_a_gpu_without_its_sass_is_refused(facts):
+    """`mmstack matrix`/`check` (variants/matrix.py): an sm86 row on linux-aarch64 would admit Jetson Orin
+    (8.7, Tegra: it runs no 8.6 SASS), so a solver would give Orin that build's PTX; the matrix says so."""
+    from mmstack.errors import CheckFailed
+
+    combos = matrix.read_config(ROOT / matrix.CONFIG_FILE, SUBDIR)
+    sm90 = next(c for c in combos if c["arch_tag"] == "sm90" and c["python"] == "3.11")
+    sm86 = {**sm90, "mmcv_arch_list": "8.6+PTX", "arch_tag": "sm86", "cuda_arch_min": "8.6", "mmcv_priority": "4"}
+    assert matrix.build_matrix(facts, combos, target_platform=SUBDIR)  # as committed: accepted
+    with pytest.raises(CheckFailed) as err:
+        matrix.build_matrix(facts, [*combos, sm86], target_platform=SUBDIR)
+    msg = err.value.message
+    assert "__cuda_arch >=8.6,<9 admits the Jetson" in msg and "Orin" in msg and "(8.7)" in msg

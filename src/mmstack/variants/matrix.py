@@ -203,6 +203,10 @@ def build_matrix(facts: Facts, combos: list[dict], *, source: str = CONFIG_FILE,
     if problems:
         raise CheckFailed(problems[0] + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""),
                           source=source, fix="edit the zipped rows so each CUDA version can build its arch set")
+    admitted = _admits_without_sass(facts, variants)
+    if admitted:
+        raise CheckFailed(admitted, source=source,
+                          fix="give that GPU a row of its own arch, or leave it to the fat row (which holds its SASS)")
     order = _priority_order(variants)
     if order:
         raise CheckFailed(order, source=source,
@@ -242,6 +246,25 @@ def _priority_order(variants: list[Variant]) -> str:
         low = max(cpu + fat, default=-1)
         if gens and gens[0][1] <= low:
             return f"CUDA {cuda}: {gens[0][2]}'s mmcv_priority {gens[0][1]} is not above the fat and CPU builds' {low}"
+    return ""
+
+
+def _admits_without_sass(facts: Facts, variants: list[Variant]) -> str:
+    """A per-generation row whose `__cuda_arch` range (Variant.cuda_arch_spec) admits a GPU of its platform
+    (gpus.toml: host "" or that platform) that does not run its SASS: a solver would install it there
+    and the GPU would run its PTX through the JIT (a Tegra GPU inside the range: an 8.6 row on
+    linux-aarch64 would take Jetson Orin, 8.7, which runs no 8.6 SASS). '' when none does."""
+    for v in variants:
+        if v.arch_min is None:
+            continue
+        sass = tuple(t for t in v.targets if t.kind == "sass")
+        for gpu in facts.gpu:
+            if gpu.host not in ("", v.platform) or not v.admits(gpu.compute_capability):
+                continue
+            cov = archmod.coverage(archmod.parse_arch(gpu.compute_capability), sass, cuda=v.cuda, facts=facts).coverage
+            if cov not in (archmod.Coverage.NATIVE, archmod.Coverage.LOWER_MINOR):
+                return (f"{v.key}: its __cuda_arch {v.cuda_arch_spec} admits the {gpu.name} ({gpu.compute_capability}),"
+                        f" which runs none of its SASS ({v.arch_list}): a solver would install it there")
     return ""
 
 
