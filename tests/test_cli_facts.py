@@ -198,14 +198,16 @@ def test_arch_check_package_fails_a_build_needing_a_newer_glibc_than_the_system(
     assert json.loads(out)["glibc"] == needed
 
 
-@pytest.mark.parametrize("name", ["NVIDIA GH200 480GB", "NVIDIA GB200", "GB300", "NVIDIA GB10"])
-def test_arm_hosted_gpus_get_no_linux64_environment(name):
-    """Issue 40 item 5: these only come in linux-aarch64 hosts; every environment is linux-64."""
+@pytest.mark.parametrize("name, build", [("NVIDIA GH200 480GB", "cuda130_sm90"), ("NVIDIA GB200", "cuda130_sm100"),
+                                         ("GB300", "cuda130_sm100"), ("NVIDIA GB10", "cuda130_all")])
+def test_arm_hosted_gpus_get_no_linux64_environment(name, build):
+    """Issue 40 item 5: these only come in linux-aarch64 hosts; every environment is linux-64. The answer
+    names the linux-aarch64 build a solver installs there (tests/test_arm_selection.py solves it)."""
     code, out, _ = mmstack("gpus", name, "--json")
     row = json.loads(out)
     assert code == 0 and row["environment"] is None and row["verify"] is None and row["host"] == "linux-aarch64"
     assert "cannot install until a channel has linux-aarch64 mmcv builds" in row["environment_reason"]
-    assert "TORCH_CUDA_ARCH_LIST=" in row["environment_reason"]
+    assert row["build"] == build and f"a solver installs mmcv {build} (CUDA 13.0" in row["environment_reason"]
 
 
 @pytest.mark.parametrize("name, cc, runs", [("Tesla T4", "7.5", "native"), ("Tesla V100-SXM2-16GB", "7.0", "native"),

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
 
@@ -65,24 +66,25 @@ def runner_key(v: Variant) -> str:
     return v.envs[0]
 
 
-def job_name(v: Variant) -> str:
+def job_name(v: Variant, rows: Sequence[Variant] = ()) -> str:
     """`py3.11 pytorch2.13 cuda12.9 sm89 (rtx4090)`, `py3.11 pytorch2.12 cpu (cpu)`, `py3.11 pytorch2.13
     cuda12.9 all (any GPU)`: the pytorch minor too, the matrix builds two (conda-forge's pin and target).
     Another platform's row names it and the Arm hosts it serves: `py3.11 pytorch2.13 cuda13.0 sm90
-    linux-aarch64 (NVIDIA GH200)`."""
+    linux-aarch64 (NVIDIA GH200)`, from `rows` (the matrix of its platform)."""
     build = "cpu" if v.cuda is None else f"cuda{v.cuda} {v.arch_tag}"
     if v.platform != PLATFORM:
-        return f"py{v.python} pytorch{v.pytorch} {build} {v.platform} ({_arm_hosts(v)})"
+        return f"py{v.python} pytorch{v.pytorch} {build} {v.platform} ({_arm_hosts(v, rows)})"
     return f"py{v.python} pytorch{v.pytorch} {build} ({', '.join(v.envs) or 'any GPU'})"
 
 
-def _arm_hosts(v: Variant) -> str:
-    """The Arm hosts data/arm_hosts.toml says run the row ('any Arm host' for the CPU and fat rows)."""
+def _arm_hosts(v: Variant, rows: Sequence[Variant]) -> str:
+    """The Arm hosts of data/arm_hosts.toml a solver installs the row on (arm_hosts.serving_row over
+    `rows`, the matrix of its platform; 'any Arm host' for the CPU and fat rows)."""
     from mmstack.variants import arm_hosts
 
     if v.cuda is None or v.arch_tag == FAT_TAG:
         return "any Arm host"
-    return ", ".join(h.gpu for h in arm_hosts.load().host if h.row == v.arch_tag) or "no Arm host"
+    return ", ".join(arm_hosts.hosts_of(v, list(rows))) or "no Arm host"
 
 
 def github_matrix(variants: list[Variant], *, config_path: Path) -> dict:
@@ -96,7 +98,7 @@ def github_matrix(variants: list[Variant], *, config_path: Path) -> dict:
     include = []
     for v in variants:
         include.append({
-            "name": job_name(v),
+            "name": job_name(v, variants),
             "key": v.key,
             **v.variant_keys(),
             "build_string_prefix": v.build_string_prefix,
@@ -161,7 +163,7 @@ def render(root: Path) -> dict[Path, str]:
         arm_variant_keys=list(arm[0].variant_keys()) if arm else [],
         arm_include=_yaml_list(github_matrix(arm, config_path=config)["include"]),
         arm_key_lines=[f'"{k}": {hosts}' for k, hosts in
-                       dict.fromkeys((runner_key(v), _arm_hosts(v)) for v in arm)],
+                       dict.fromkeys((runner_key(v), _arm_hosts(v, arm)) for v in arm)],
     )
     locks = _env().get_template(LOCKS_FILE.name).render(**common, include=_yaml_list(env_cuda(facts, variants)),
                                                          conda_lock_spec=CONDA_LOCK_SPEC)

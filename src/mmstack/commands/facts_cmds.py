@@ -34,8 +34,19 @@ def _fat_builds(facts) -> tuple[archmod.Build, ...]:
                  if v.cuda is not None and v.arch_tag == variants.FAT_TAG)
 
 
-def _gpu_row(facts, gpu, builds: tuple = ()) -> dict:
-    served = archmod.serving_env(facts, gpu.compute_capability, segment=gpu.segment, host=gpu.host, builds=builds)
+def _arm_matrix(facts) -> tuple[list, list]:
+    """The linux-aarch64 rows of the conda_build_config.yaml here and envs/arm/pixi.toml's generations."""
+    from mmstack.envs import arm_platforms
+
+    return arm_platforms.load_rows(facts, Path(variants.CONFIG_FILE))
+
+
+def _gpu_row(facts, gpu, builds: tuple = (), arm: tuple[list, list] = ([], [])) -> dict:
+    from mmstack.envs import arm_platforms
+
+    host_build, host_env = arm_platforms.host_choice(gpu.name, gpu.compute_capability, gpu.host, *arm)
+    served = archmod.serving_env(facts, gpu.compute_capability, segment=gpu.segment, host=gpu.host, builds=builds,
+                                 host_build=host_build, host_env=host_env)
     return {
         "name": gpu.name,
         "compute_capability": gpu.compute_capability,
@@ -67,7 +78,7 @@ def run_gpus(*, name: str | None, as_json: bool, arch: str | None = None, env: s
     if name:
         gpu = facts.find_gpu(name)
         cc = gpu.compute_capability
-        row = _gpu_row(facts, gpu, _fat_builds(facts))
+        row = _gpu_row(facts, gpu, _fat_builds(facts), _arm_matrix(facts))
         gen = facts.env(row["environment"]) if row["environment"] else None
         data = {
             **row,
@@ -95,10 +106,11 @@ def run_gpus(*, name: str | None, as_json: bool, arch: str | None = None, env: s
         facts.env(env)  # unknown env: exit 2 with a did-you-mean
     rows = []
     builds = _fat_builds(facts)
+    arm = _arm_matrix(facts)
     for gpu in sorted(facts.gpu, key=lambda g: (archmod.parse_arch(g.compute_capability), g.name)):
         if not keep_arch(gpu.compute_capability):
             continue
-        row = _gpu_row(facts, gpu, builds)
+        row = _gpu_row(facts, gpu, builds, arm)
         if env is not None and (row["environment"] or "none") != env:
             continue
         rows.append(row)
@@ -228,7 +240,7 @@ def run_matrix(*, fmt: str, config: Path, target_platform: str = variants.PLATFO
     else:
         report.print_table(
             ["python", "pytorch", "CUDA", "arch list", "build string", "serves env"],
-            [(v.python, torch_facts.label(v.pytorch), v.cuda or "-", v.arch_list, v.build_string_glob, _serves(v))
+            [(v.python, torch_facts.label(v.pytorch), v.cuda or "-", v.arch_list, v.build_string_glob, _serves(v, matrix))
              for v in matrix],
             title=f"{len(matrix)} variants from {config}" + ("" if target_platform == variants.PLATFORM else f" for {target_platform}"),
         )
@@ -251,15 +263,16 @@ def run_matrix(*, fmt: str, config: Path, target_platform: str = variants.PLATFO
     return 0
 
 
-def _serves(v) -> str:
+def _serves(v, rows) -> str:
     """`mmstack matrix`'s last column: the environments a row serves; on linux-aarch64 (no
-    environments yet) the Arm hosts data/arm_hosts.toml gives the row."""
+    installable environments yet) the Arm hosts a solver installs it on (arm_hosts.serving_row over
+    `rows`, the matrix of its platform)."""
     if v.platform != variants.PLATFORM:
         from mmstack.variants import arm_hosts
 
         if v.cuda is None:
             return "(any linux-aarch64 machine: no CUDA)"
-        hosts = [h.gpu for h in arm_hosts.load().host if h.row == v.arch_tag]
+        hosts = arm_hosts.hosts_of(v, rows)
         return ", ".join(hosts) + (" (and any GPU without __cuda_arch)" if v.arch_tag == variants.FAT_TAG else "")
     return ", ".join(v.envs) or "(any GPU: the install without __cuda_arch)"
 

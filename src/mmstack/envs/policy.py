@@ -25,7 +25,7 @@ from mmstack.envs.lockfile import LockedEnv
 from mmstack.envs.pixi_manifest import EnvSpec, Manifest
 from mmstack.facts import arch as archmod
 from mmstack.facts.gpus import Facts, Generation, version_key
-from mmstack.variants.matrix import FAT_TAG, Variant
+from mmstack.variants.matrix import FAT_TAG, Variant, serving_row
 
 
 @dataclass(frozen=True)
@@ -728,10 +728,10 @@ class ChannelIndex:
 
 def platform_mmcv_problems(env: str, platform: pixi_manifest.Platform, mmcv_build: str,
                            matrix: list[Variant]) -> list[Problem]:
-    """CEP 46 per platform: where the platform declares `__cuda_arch`, its locked mmcv must be the
-    per-generation build the matrix ranks first among those that arch reaches (the highest
-    cuda_arch_min at or below it, of a CUDA major the platform's `__cuda` takes), and the GPU must run
-    its SASS without JIT; with `__cuda` alone a fat build; without `__cuda` the CPU build."""
+    """CEP 46 per platform: where the platform declares `__cuda_arch`, its locked mmcv must be the build
+    a solver takes there (variants/matrix.py serving_row over the rows of a CUDA major the platform's
+    `__cuda` takes: the highest-ranked build whose `__cuda_arch` range the arch meets), and the GPU must
+    run its SASS without JIT; with `__cuda` alone a fat build; without `__cuda` the CPU build."""
     vps = platform.virtual_packages
     cuda, arch = vps.get("__cuda"), vps.get("__cuda_arch")
     prefix = mmcv_build.split("_py")[0]
@@ -752,14 +752,14 @@ def platform_mmcv_problems(env: str, platform: pixi_manifest.Platform, mmcv_buil
                            "(its per-generation builds need it)", f"{relock} (the fat build)")
         return []
     gpu = archmod.parse_arch(arch)
-    reach = [v for v in majors if v.arch_min and archmod.parse_arch(v.arch_min) <= gpu and v.priority is not None]
-    if not reach:
-        return problem(f"no per-generation build of the matrix reaches __cuda_arch {arch}",
+    best = serving_row(majors, arch)
+    if best is None:
+        return problem(f"no CUDA build of the matrix installs on __cuda_arch {arch}",
                        "add a conda_build_config.yaml row for it, or declare the platform's arch the matrix serves")
-    best = max(reach, key=lambda v: v.priority or 0)
     if prefix != best.build_string_prefix:
         return problem(f"mmcv {mmcv_build}: the solver's choice for __cuda_arch {arch} is {best.build_string_prefix} "
-                       "(the highest mmcv_priority it reaches)", f"{relock}; check the channel holds {best.build_string_prefix}")
+                       "(the highest build number whose __cuda_arch range it meets)",
+                       f"{relock}; check the channel holds {best.build_string_prefix}")
     cov = archmod.coverage(gpu, tuple(t for t in best.targets if t.kind == "sass"))
     if cov.coverage not in (archmod.Coverage.NATIVE, archmod.Coverage.LOWER_MINOR):
         return problem(f"{best.build_string_prefix} holds no SASS compute capability {arch} runs ({best.arch_list})",

@@ -296,24 +296,29 @@ class Build:
     targets: tuple[Target, ...]
 
 
-def serving_env(facts: Facts, cc: str, *, segment: str = "", host: str = "", builds: tuple[Build, ...] = ()) -> Serving:
+def serving_env(facts: Facts, cc: str, *, segment: str = "", host: str = "", builds: tuple[Build, ...] = (),
+                host_build: Build | None = None, host_env: str | None = None) -> Serving:
     """The environment whose build runs a GPU of compute capability `cc`: natively, on lower-minor
     SASS of the same major, through PTX, or none. Each generation environment carries only its own
     SASS (conda_build_config.yaml: one arch per generation), so the rules of `coverage` decide. A GPU
-    that only comes in hosts of another platform (`host`, gpus.toml) than every environment's gets none."""
+    that only comes in hosts of another platform (`host`, gpus.toml) than every environment's gets none;
+    where the caller knows the build a solver installs on that platform (`host_build`, from
+    variants/arm_hosts.py serving_row) and the environment that pins it (`host_env`, envs/arm/pixi.toml),
+    the answer names them."""
     platforms = sorted({g.platform for g in facts.generation if g.is_gpu})
+    if host and host not in platforms and host_build is not None:
+        return _host_build(facts, parse_arch(cc, where="compute capability"), host, host_build, host_env, platforms)
     if segment == "jetson":
         return Serving(None, Coverage.NONE, f"Jetson modules run linux-aarch64 (JetPack); mmstack's environments are"
                        f" {', '.join(platforms)}: use NVIDIA's JetPack builds of torch and build mmcv there")
     if host and host not in platforms:
+        # No linux-64 environment's build is named here: which build the host takes is the solver's
+        # pick on that platform (variants/arm_hosts.py serving_row), which a caller passes as host_build.
         gpu = parse_arch(cc, where="compute capability")
-        would = serving_env(facts, cc)
-        same = (f"; the {would.env} environment's build ({gpu.sm if would.coverage is Coverage.NATIVE else 'its SASS'})"
-                f" is what it would run, built for {host}" if would.env else "")
         return Serving(None, Coverage.NONE,
                        f"this GPU only comes in {host} hosts and every installable mmstack environment is"
                        f" {', '.join(platforms)} (the {host} ones, envs/arm/pixi.toml, cannot install until a channel"
-                       f" has {host} mmcv builds; none does yet){same}: on that host install a {host} CUDA pytorch"
+                       f" has {host} mmcv builds; none does yet): on that host install a {host} CUDA pytorch"
                        f" (conda-forge builds them) and build mmcv with TORCH_CUDA_ARCH_LIST={gpu}"
                        f" ({cuda_range(facts, str(gpu))})")
     gpu = parse_arch(cc, where="compute capability")
@@ -339,6 +344,25 @@ def serving_env(facts: Facts, cc: str, *, segment: str = "", host: str = "", bui
            Coverage.LOWER_MINOR: f"SASS of {facts.env(env).compute_capability} (same major, lower minor: runs, not tuned)",
            Coverage.PTX_JIT: "PTX JIT"}[cov]
     return Serving(env, cov, f"the {env} environment runs it with {how}")
+
+
+def _host_build(facts: Facts, gpu: Arch, host: str, b: Build, env: str | None, platforms: list[str]) -> Serving:
+    """A GPU of another platform's hosts: the build a solver installs there, and how the GPU runs it."""
+    r = coverage(gpu, b.targets, cuda=b.cuda, facts=facts)
+    runs = r.target.arch if r.target is not None else gpu
+    how = {Coverage.NATIVE: f"native {gpu.sm} SASS", Coverage.LOWER_MINOR: f"{runs.sm} SASS (same major, lower minor:"
+           " runs, not tuned)", Coverage.PTX_JIT: f"PTX JIT from {runs.compute}", Coverage.NONE: "nothing it runs"}[r.coverage]
+    tk = facts.toolkit(b.cuda)
+    driver = f"driver >= {tk.driver}" if tk.driver else f"a CUDA {b.cuda} driver"
+    pinned = (f"envs/arm/pixi.toml's {env} environment pins it (pixi install --manifest-path envs/arm/pixi.toml -e {env})"
+              if env else "no environment of envs/arm/pixi.toml is this GPU's")
+    return Serving(None, r.coverage, build=b.prefix, reason=
+                   f"this GPU only comes in {host} hosts and every installable mmstack environment is"
+                   f" {', '.join(platforms)}; on {host} a solver installs mmcv {b.prefix} (CUDA {b.cuda},"
+                   f" {format_arch_list(b.targets)}; {driver}), which runs it with {how}: {pinned}, and a plain"
+                   f" `conda install mmcv` with `__cuda_arch` {gpu} takes the same build; these cannot install until a"
+                   f" channel has {host} mmcv builds (none does yet): `mmstack build --target-platform {host}` cross-compiles"
+                   " them")
 
 
 def _best_build(facts: Facts, gpu: Arch, builds: tuple[Build, ...]) -> Serving | None:

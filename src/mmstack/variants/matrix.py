@@ -79,6 +79,26 @@ class Variant:
         return () if self.cuda is None else archmod.parse_arch_list(self.arch_list)
 
     @property
+    def cuda_arch_spec(self) -> str | None:
+        """The per-generation build's `__cuda_arch` run requirement, `>=10.0,<11` (recipes/mmcv renders the
+        same): from its lowest SASS arch up to the next major, where plain SASS stops running (facts/arch.py's
+        rule), so a machine whose `__cuda_arch` is past its SASS (GB10 12.1, Thor 11.0 beside an sm100 row)
+        takes the fat build's native SASS, not this build's PTX by JIT. None for the CPU and fat rows."""
+        if self.arch_min is None:
+            return None
+        return f">={self.arch_min},<{archmod.parse_arch(self.arch_min).major + 1}"
+
+    def admits(self, cuda_arch: str | None) -> bool:
+        """Whether a machine of this `__cuda_arch` meets the row's `cuda_arch_spec` (the fat and CPU rows
+        need no `__cuda_arch`; a per-generation row needs one in its range)."""
+        if self.arch_min is None:
+            return True
+        if cuda_arch is None:
+            return False
+        cc = archmod.parse_arch(cuda_arch).plain
+        return archmod.parse_arch(self.arch_min).plain <= cc and cc.major < archmod.parse_arch(self.arch_min).major + 1
+
+    @property
     def key(self) -> str:
         """A stable id (CI cache keys, job names); an aarch64 row's ends in its platform."""
         key = f"py{self.python.replace('.', '')}-{self.build_string_prefix}-pytorch{self.pytorch}"
@@ -94,6 +114,7 @@ class Variant:
             "arch_tag": self.arch_tag,
             "build_string_prefix": self.build_string_prefix,
             "cuda_arch_min": self.arch_min or "none",
+            "cuda_arch": self.cuda_arch_spec,
             "build_number": self.build_number,
             "envs": list(self.envs),
             "target_platform": self.platform,
@@ -116,6 +137,17 @@ class Variant:
             keys["cuda_arch_min"] = self.arch_min or "none"
             keys["mmcv_priority"] = str(self.priority)
         return keys
+
+
+def serving_row(rows: list[Variant], cuda_arch: str | None) -> Variant | None:
+    """The CUDA row a solver installs on a machine of this `__cuda_arch` (rows of one platform, of CUDA
+    majors its driver takes): of those whose `__cuda_arch` requirement it meets (Variant.admits; the fat
+    row needs none), the highest build number (100 x mmcv_priority), of equals the oldest CUDA (the
+    lowest driver floor). The one model of the recipe's CEP 46 ranking; None where no CUDA row fits."""
+    fits = [v for v in rows if v.cuda is not None and v.admits(cuda_arch)]
+    if not fits:
+        return None
+    return min(fits, key=lambda v: (-v.build_number, tuple(int(p) for p in (v.cuda or "0").split("."))))
 
 
 def read_config(path: Path, target_platform: str = PLATFORM) -> list[dict]:
@@ -171,6 +203,10 @@ def build_matrix(facts: Facts, combos: list[dict], *, source: str = CONFIG_FILE,
     if problems:
         raise CheckFailed(problems[0] + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""),
                           source=source, fix="edit the zipped rows so each CUDA version can build its arch set")
+    admitted = _admits_without_sass(facts, variants)
+    if admitted:
+        raise CheckFailed(admitted, source=source,
+                          fix="give that GPU a row of its own arch, or leave it to the fat row (which holds its SASS)")
     order = _priority_order(variants)
     if order:
         raise CheckFailed(order, source=source,
@@ -210,6 +246,25 @@ def _priority_order(variants: list[Variant]) -> str:
         low = max(cpu + fat, default=-1)
         if gens and gens[0][1] <= low:
             return f"CUDA {cuda}: {gens[0][2]}'s mmcv_priority {gens[0][1]} is not above the fat and CPU builds' {low}"
+    return ""
+
+
+def _admits_without_sass(facts: Facts, variants: list[Variant]) -> str:
+    """A per-generation row whose `__cuda_arch` range (Variant.cuda_arch_spec) admits a GPU of its platform
+    (gpus.toml: host "" or that platform) that does not run its SASS: a solver would install it there
+    and the GPU would run its PTX through the JIT (a Tegra GPU inside the range: an 8.6 row on
+    linux-aarch64 would take Jetson Orin, 8.7, which runs no 8.6 SASS). '' when none does."""
+    for v in variants:
+        if v.arch_min is None:
+            continue
+        sass = tuple(t for t in v.targets if t.kind == "sass")
+        for gpu in facts.gpu:
+            if gpu.host not in ("", v.platform) or not v.admits(gpu.compute_capability):
+                continue
+            cov = archmod.coverage(archmod.parse_arch(gpu.compute_capability), sass, cuda=v.cuda, facts=facts).coverage
+            if cov not in (archmod.Coverage.NATIVE, archmod.Coverage.LOWER_MINOR):
+                return (f"{v.key}: its __cuda_arch {v.cuda_arch_spec} admits the {gpu.name} ({gpu.compute_capability}),"
+                        f" which runs none of its SASS ({v.arch_list}): a solver would install it there")
     return ""
 
 

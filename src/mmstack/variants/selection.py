@@ -20,7 +20,7 @@ from mmstack.errors import BadInput, rattler_errors
 from mmstack.facts.arch import parse_arch
 from mmstack.facts.gpus import UNKNOWN_DRIVER, Facts, version_key
 
-# What a linux-64 machine declares besides CUDA (pixi.toml's rich platforms: glibc 2.28)
+# What a machine declares besides CUDA (pixi.toml's and envs/arm/pixi.toml's rich platforms: glibc 2.28)
 GLIBC = "2.28"
 LINUX = "5.10"
 PLATFORM = "linux-64"
@@ -58,14 +58,16 @@ class Answer:
         return {"version": self.version, "build": self.build, "build_number": self.build_number}
 
 
-def solve(channels: list[str], specs: list[str], machine: Machine, *, package: str = "mmcv") -> Answer:
-    """Solve `specs` over `channels` (URLs, local ones as file://) for `machine`; `package`'s build."""
+def solve(channels: list[str], specs: list[str], machine: Machine, *, package: str = "mmcv",
+          platform: str = PLATFORM) -> Answer:
+    """Solve `specs` over `channels` (URLs, local ones as file://) for `machine` on the conda subdir
+    `platform` (linux-aarch64 for an Arm host); `package`'s build."""
     from rattler import BuildString, GenericVirtualPackage, PackageName, Subdir, Version, solve as rattler_solve
 
     vps = [GenericVirtualPackage(PackageName(n), Version(v), BuildString("0"))
            for n, v in machine.virtual_packages().items()]
     try:
-        records = asyncio.run(rattler_solve(channels, specs, platforms=[Subdir(PLATFORM), Subdir("noarch")],
+        records = asyncio.run(rattler_solve(channels, specs, platforms=[Subdir(platform), Subdir("noarch")],
                                             virtual_packages=vps))
     except rattler_errors() as exc:
         lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]

@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 from mmstack.facts.arch import Coverage, serving_env
 from mmstack.facts.compat import coverage_message, driver_compat, environment_for, ext_coverage, install_hint
@@ -76,7 +77,11 @@ def assign_envs(gpus: list[dict], facts: Facts) -> list[dict]:
 
     The compute capability NVML / nvidia-smi report decides; the name only fills it in when the
     driver did not report one, so a GPU the facts do not know by name still gets its environment."""
+    from mmstack.envs import arm_platforms
+    from mmstack.variants.matrix import CONFIG_FILE
+
     out = []
+    arm: tuple[list, list] | None = None  # the Arm hosts' rows, read once where a GPU of theirs is seen
     for g in gpus:
         known = facts.lookup_gpu(g["name"]) if g.get("name") else None
         cc = g.get("compute_capability")
@@ -88,7 +93,11 @@ def assign_envs(gpus: list[dict], facts: Facts) -> list[dict]:
                         "command": None})
             continue
         segment = known.segment if known is not None and known.compute_capability == cc else ""
-        served = serving_env(facts, cc, segment=segment, host=known.host if segment and known else "")
+        host = known.host if segment and known else ""
+        if host == arm_platforms.SUBDIR and arm is None:
+            arm = arm_platforms.load_rows(facts, Path(CONFIG_FILE))
+        host_build, host_env = arm_platforms.host_choice(known.name if known else "", cc, host, *(arm or ([], [])))
+        served = serving_env(facts, cc, segment=segment, host=host, host_build=host_build, host_env=host_env)
         out.append({**g, "compute_capability": cc,
                     "known_as": known.name if known is not None and known.compute_capability == cc else None,
                     "environment": served.env, "runs": served.coverage.value, "reason": served.reason,

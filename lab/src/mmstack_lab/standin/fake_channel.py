@@ -12,7 +12,7 @@ Real .conda packages (made by py-rattler-build's `assemble_package`, empty of fi
 - one mmcv 2.2.0 per variant of a conda_build_config.yaml matrix, with the matrix's build strings
   (`cuda129_sm89_py311_h…_400`, `cuda129_all_py311_h…_100`, `cpu_py311_h…_0`), `__cuda >=<major>` and
   cuda-version in its run requirements for CUDA builds, pinned to the matrix's pytorch; a
-  per-generation build also `cuda-arch >=<cuda_arch_min>` (cuda-arch's run-export) and `__cuda_arch >=<cuda_arch_min>`,
+  per-generation build also `cuda-arch >=<cuda_arch_min>` (cuda-arch's run-export) and `__cuda_arch >=<min>,<next major>`,
   its build number the matrix's (100 x mmcv_priority), as recipes/mmcv renders them;
 - python, mmstack and the tooling (typer, rich, pydantic, pyelftools, py-rattler,
   py-rattler-build, ruamel.yaml, pytest, ruff, matplotlib-base) so the repository's pixi.toml solves whole.
@@ -23,6 +23,7 @@ Nothing here is a product default. `build_channel(dest, packages)` writes and in
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -81,22 +82,26 @@ def cuda_arch_packages() -> list[Pkg]:
                 constrains=tuple(c.format(version=v) for c in spec["run_constraints"])) for v in spec["versions"]]
 
 
-def mmcv_depends(v, *, cuda_arch_guard: bool = True) -> tuple[str, ...]:
+def mmcv_depends(v, *, cuda_arch_guard: bool = True, cuda_arch_bound: bool = True) -> tuple[str, ...]:
     """One mmcv build's run requirements as recipes/mmcv renders them (plus the run-exports that
     matter to a solve: cuda-version's, cuda-arch's). `cuda_arch_guard=False` leaves the dependency on
-    `__cuda_arch` out: CEP 46's recipe pattern alone, which a solver without `__cuda_arch` does not hold back."""
+    `__cuda_arch` out: CEP 46's recipe pattern alone, which a solver without `__cuda_arch` does not hold back.
+    `cuda_arch_bound=False` writes it as the recipe did before its upper bound, `__cuda_arch >=<min>`."""
     torch = f"pytorch >={v.pytorch},<{v.pytorch}.999"
     if v.cuda is None:
         return (_py(v.python), torch, "numpy")
     deps: tuple[str, ...] = (_py(v.python), torch, f"__cuda >={v.cuda.split('.')[0]}", _cuda_range(v.cuda), "numpy")
     if v.arch_min:
-        deps += (f"cuda-arch >={v.arch_min}",) + ((f"__cuda_arch >={v.arch_min}",) if cuda_arch_guard else ())
+        spec = v.cuda_arch_spec if cuda_arch_bound else f">={v.arch_min}"
+        deps += (f"cuda-arch >={v.arch_min}",) + ((f"__cuda_arch {spec}",) if cuda_arch_guard else ())
     return deps
 
 
 def standard_packages(matrix, *, pythons=("3.11", "3.12"), cuda_versions=("12.8", "12.9", "13.0"),
-                      extra: tuple[Pkg, ...] = (), cuda_arch_guard: bool = True) -> list[Pkg]:
-    """The channel for the repository's pixi.toml: runtime, tooling, and mmcv per matrix variant."""
+                      extra: tuple[Pkg, ...] = (), cuda_arch_guard: bool = True, subdir: str = "linux-64",
+                      cuda_arch_bound: bool = True) -> list[Pkg]:
+    """The channel for the repository's pixi.toml: runtime, tooling, and mmcv per matrix variant; every
+    package that is not noarch is built for `subdir` (linux-aarch64 for envs/arm/pixi.toml's rows)."""
     pkgs: list[Pkg] = cuda_arch_packages()
     for py in pythons:
         tag = py.replace(".", "")
@@ -127,7 +132,7 @@ def standard_packages(matrix, *, pythons=("3.11", "3.12"), cuda_versions=("12.8"
         # rows of two pytorch minors share the prefix; the hash (of the depends: the pytorch pin)
         # tells them apart, as the recipe's variant hash does
         pkgs.append(Pkg("mmcv", "2.2.0", f"{v.build_string_prefix}_py{tag}",
-                        depends=mmcv_depends(v, cuda_arch_guard=cuda_arch_guard), build_number=v.build_number,
+                        depends=mmcv_depends(v, cuda_arch_guard=cuda_arch_guard, cuda_arch_bound=cuda_arch_bound), build_number=v.build_number,
                         constrains=(f"pytorch * {'cpu' if v.cuda is None else 'cuda'}*",)))
     # recipes/mmdet's build (patched for mmcv 2.2) and conda-forge's unpatched one, which the
     # `mmcv22_*` build pin must keep out.
@@ -148,7 +153,7 @@ def standard_packages(matrix, *, pythons=("3.11", "3.12"), cuda_versions=("12.8"
         pkgs.append(Pkg(name, ver, "py311", depends=(_py("3.11"),)))
     pkgs.append(Pkg("ruff", "0.6.9", "", depends=("__glibc >=2.17,<3.0.a0",)))
     pkgs.extend(extra)
-    return pkgs
+    return [dataclasses.replace(p, subdir=subdir) if p.subdir == "linux-64" and p.noarch is None else p for p in pkgs]
 
 
 def build_channel(dest: Path, packages: list[Pkg]) -> Path:
@@ -157,7 +162,7 @@ def build_channel(dest: Path, packages: list[Pkg]) -> Path:
     from rattler_build import assemble_package
 
     dest = Path(dest)
-    for sub in ("linux-64", "noarch"):
+    for sub in sorted({"linux-64", "noarch", *(p.subdir for p in packages)}):
         (dest / sub).mkdir(parents=True, exist_ok=True)
     for p in packages:
         assemble_package(
