@@ -20,18 +20,34 @@ def built_files(run: Path) -> dict[str, str]:
     return dict(line.split()[::-1] for line in (run / "proposed.txt").read_text().splitlines())
 
 
+def _ran_and_listed(run: Path, patch: Path) -> tuple[str, str]:
+    """Assert that `run` ran this very diff of `patch` (proposed_diffs.json) and that both recipes
+    list it; return its package and '<package>/<patch file>'."""
+    package = patch.parents[1].name
+    key = f"{package}/{patch.name}"
+    assert json.loads((run / "proposed_diffs.json").read_text())["diff_sha256"][key] == diff_sha256(patch.read_text()), \
+        f"{key} changed since {run.name}"
+    for recipe in ("recipe.yaml", "meta.yaml"):
+        assert f"patches/{patch.name}" in (patch.parents[1] / recipe).read_text()
+    return package, key
+
+
+def mmdet_over_torchvision(doc: dict, batch: int) -> dict[str, float]:
+    """patch_ab --detector: mmdet's it/s over the matched torchvision's at `batch`, on each side,
+    after checking both sides' losses stayed finite."""
+    (row,) = [r for r in doc["detector"] if r["batch_size"] == batch]
+    assert all(row[side]["mmdet"]["losses_finite"] for side in ("released", "patched"))
+    return {side: row[side]["mmdet"]["iters_per_s"] / row[side]["torchvision-matched"]["iters_per_s"]
+            for side in ("released", "patched")}
+
+
 def check_entered(run: Path, patch: Path, *, upstream_file: str) -> dict:
     """Assert that `run` built this very diff of `patch` (now in its recipe's patches/ and listed by
     both recipes), that the sm_90 build's sandbox ran upstream's tests (`upstream_file` among them)
     with none failed, and that the build and the installed ladder passed; return the run's
     patch_ab.py result for the patch, after checking it measured a package that carried the patch
     and upstream's tests came out alike on both sides."""
-    package = patch.parents[1].name
-    key = f"{package}/{patch.name}"
-    assert json.loads((run / "proposed_diffs.json").read_text())["diff_sha256"][key] == diff_sha256(patch.read_text()), \
-        f"{key} changed since the H200 run"
-    for recipe in ("recipe.yaml", "meta.yaml"):
-        assert f"patches/{patch.name}" in (patch.parents[1] / recipe).read_text()
+    package, _ = _ran_and_listed(run, patch)
     status = (run / "STATUS").read_text()
     assert "sm90 build rc=0" in status and "verify sm90 rc=0" in status
     summary = json.loads((run / "summary.json").read_text())
@@ -55,12 +71,7 @@ def check_tested(run: Path, patch: Path, *, package_file: str) -> dict | None:
     and the installed ladder passing; return the run's patch_ab result for the patch (None for a
     build-only patch without a `patch_ab:` line), after checking it measured a package that carried
     the same file and that upstream's tests came out alike on both sides."""
-    package = patch.parents[1].name
-    key = f"{package}/{patch.name}"
-    assert json.loads((run / "proposed_diffs.json").read_text())["diff_sha256"][key] == diff_sha256(patch.read_text()), \
-        f"{key} changed since the GPU run"
-    for recipe in ("recipe.yaml", "meta.yaml"):
-        assert f"patches/{patch.name}" in (patch.parents[1] / recipe).read_text()
+    package, key = _ran_and_listed(run, patch)
     status = (run / "STATUS").read_text()
     seeded = next(line for line in status.splitlines() if "carried packages (" in line)
     assert package_file in seeded, f"{package_file} was not the package the run seeded"
