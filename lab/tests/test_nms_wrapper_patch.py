@@ -1,18 +1,18 @@
-"""Issue 43 item 2: the proposed mmcv patch 0014 cuts what mmcv.ops.nms does around its kernel (mmengine's
-per-call getfullargspec, autograd's apply, three gather/cat kernels, the score threshold's extra
-syncs; batched_nms's host-to-device copy of a 1) and must return exactly what the released code returns.
+"""Issue 43 item 2: mmcv patch 0014 cuts what mmcv.ops.nms does around its kernel (mmengine's per-call
+getfullargspec, autograd's apply, three gather/cat kernels, the score threshold's extra syncs;
+batched_nms's host-to-device copy of a 1) and must return exactly what the released code returns.
 
-It waits in recipes/mmcv/proposed/ for the GPU A/B (the proof's stage `patchab`, which runs every
-proposed patch with a `patch_ab:` line). Here: it applies on top of the recipe's patches without
-fuzz, names its own A/B, the committed CPU A/B is of this very file, the random cases of
-mmstack_lab.ops.nms_cases cover what they claim, and, with the e2e build's real mmcv on the CPU,
-released and patched return the same for 1,000 cases while a wrapper that returns something else
-is caught.
+It entered the recipe after its GPU run (lab/results/h100/perf-run2: the CPU-built package with it
+passed its whole test section on an H100, and the proof's stage `patchab` timed and compared it
+there). Here: that run tested this very diff, it applies in the recipe's order without fuzz, names
+its own A/B, the committed CPU A/B is of the file the GPU run built, the random cases of
+mmstack_lab.ops.nms_cases cover what they claim, and, with the e2e build's real mmcv on the CPU
+(which carries it now), released and patched return the same for 400 cases while a wrapper that
+returns something else is caught.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import subprocess
@@ -21,17 +21,42 @@ from pathlib import Path
 
 import pytest
 
+from support.gpu_entry import check_tested, diff_sha256
+
 from mmstack_lab.ops import nms_cases, patch_ab
 from mmstack_lab.standin.offline import patched_sdist
 
 ROOT = Path(__file__).resolve().parents[2]
-PATCH = ROOT / "recipes" / "mmcv" / "proposed" / "0014-nms-wrapper-fewer-passes.patch"
+PATCH = ROOT / "recipes" / "mmcv" / "patches" / "0014-nms-wrapper-fewer-passes.patch"
 CPU_AB = ROOT / "lab" / "results" / "cpu-dev" / "patchab_mmcv-0014-nms-wrapper-fewer-passes.json"
+RUN = ROOT / "lab" / "results" / "h100" / "perf-run2"
+PACKAGE = "mmcv-2.2.0-cuda130_sm90_py312_h360a1f8_500.conda"
+
+
+def _gpu_ab() -> dict:
+    doc = check_tested(RUN, PATCH, package_file=PACKAGE)
+    assert doc is not None, "0014 has a patch_ab: line, so its GPU run must have an A/B"
+    return doc
+
+
+def test_0014_entered_after_the_gpu_run_of_this_very_diff():
+    """perf-run2 seeded the CPU-built sm_90 mmcv with 0014, its whole test section passed on the H100,
+    and patch_ab on the installed package kept the same boxes in every case, upstream's test_nms
+    counting alike, with nms of 100 and 1,000 boxes faster than the released wrapper."""
+    doc = _gpu_ab()
+    assert doc["device"] == "cuda"
+    same = doc["same"]["nms"]
+    assert same["cases"] == 1000 and same["identical"] and same["n_differing"] == 0
+    assert doc["upstream"]["patched"]["counts"]["passed"] > 0
+    times = {r["shape"]: r for r in doc["times"] if r["op"] == "nms"}
+    for shape in ("100 boxes, iou 0.5", "1000 boxes, iou 0.5"):
+        row = times[shape]
+        assert row["patched_median_us"] < row["released_median_us"], shape
 
 
 @pytest.mark.skipif(shutil.which("patch") is None, reason="GNU patch is not installed")
 def test_0014_applies_on_top_of_the_recipes_patches_without_fuzz(tmp_path):
-    work = patched_sdist("mmcv", tmp_path, extra=(PATCH,))  # the recipe's patches (0012 too), then 0014, --fuzz=0
+    work = patched_sdist("mmcv", tmp_path)  # the recipe's patches in order (0012, then 0014), --fuzz=0
     text = (work / "mmcv" / "ops" / "nms.py").read_text()
     nms_def = text[text.index("@_iou_thr_renamed\ndef nms("):text.index("def soft_nms(")]
     assert "dim=1).index_select(0, inds)" in nms_def and "boxes[inds]" not in nms_def
@@ -54,9 +79,15 @@ def test_0014_names_its_own_ab_which_the_patchab_stage_runs():
     assert any(line.startswith("patch_ab:") for line in PATCH.read_text().splitlines())
 
 
-def test_the_committed_cpu_ab_is_of_this_very_patch_and_found_it_returns_the_same():
+def test_the_committed_cpu_ab_is_of_the_file_the_gpu_run_built_and_found_it_returns_the_same():
     doc = json.loads(CPU_AB.read_text())
-    assert doc["patch_sha256"] == hashlib.sha256(PATCH.read_bytes()).hexdigest(), "0014 changed since its CPU A/B"
+    # the CPU A/B measured the file perf-run2 built (proposed.txt), whose diff is this patch's diff
+    # (check_tested); only the header changed since, when 0014 entered the recipe
+    built = dict(line.split()[::-1] for line in (RUN / "proposed.txt").read_text().splitlines())
+    assert doc["patch_sha256"] == built["mmcv/0014-nms-wrapper-fewer-passes.patch"], "0014 changed since its CPU A/B"
+    assert _gpu_ab()["patch_sha256"] == doc["patch_sha256"]
+    assert json.loads((RUN / "proposed_diffs.json").read_text())["diff_sha256"][
+        "mmcv/0014-nms-wrapper-fewer-passes.patch"] == diff_sha256(PATCH.read_text())
     assert doc["device"] == "cpu" and doc["installed_carries_patch"] is False
     same = doc["same"]["nms"]
     assert same["cases"] == 1000 and same["identical"] and same["n_differing"] == 0
@@ -98,10 +129,11 @@ def test_patch_ab_refuses_a_same_op_without_a_case_module_with_exit_2():
 
 
 def test_0014_returns_what_the_released_wrapper_returns_on_the_cpu(real_mmcv_python, tmp_path):
-    """The e2e build's real mmcv (CPU kernels): 400 random cases (the committed A/B ran 1,000), released
-    against patched, every output byte for byte; and a wrapper that reverses the kept rows of dets is caught."""
+    """The e2e build's real mmcv (CPU kernels, 0014 in it): 400 random cases (the committed A/B ran
+    1,000), released against patched, every output byte for byte; and a wrapper that reverses the
+    kept rows of dets is caught."""
     over = patch_ab.overlay(PATCH, tmp_path / "overlay", real_mmcv_python)
-    assert over.side == "patched"  # the recipe's package does not carry 0014
+    assert over.side == "released"  # the recipe's package carries 0014: the overlay reverses it
     doc = patch_ab.same(real_mmcv_python, over, "cpu", ["nms"], 400)["nms"]
     assert doc["identical"] and doc["n_differing"] == 0, doc["differing_cases"]
     summary = doc["summary"]["patched"]
@@ -109,8 +141,10 @@ def test_0014_returns_what_the_released_wrapper_returns_on_the_cpu(real_mmcv_pyt
     assert summary["kept"] > 4000 and summary["empty_inputs"] > 0 and summary["ties"] > 80
     assert summary["errors"] > 0 and summary["warned"] > 0 and summary["batched_nms"] > 80
 
+    # a patched side that returns something else: the released overlay with 0014 applied again, broken
     broken = tmp_path / "broken"
     shutil.copytree(over.path, broken, symlinks=True)
+    subprocess.run(["patch", "-p1", "-s", "--forward", "-d", str(broken), "-i", str(PATCH)], check=True)
     nms_py = broken / "mmcv" / "ops" / "nms.py"
     text = nms_py.read_text()
     assert text.count("dim=1).index_select(0, inds)") == 1

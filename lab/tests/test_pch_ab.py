@@ -89,14 +89,29 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
     assert run.returncode == 2 and len(run.stderr.strip().splitlines()) == 1 and "--src" in run.stderr
 
 
-PATCH = ROOT / "recipes" / "mmcv" / "proposed" / "0015-precompile-cpp-helper.patch"
+PATCH = ROOT / "recipes" / "mmcv" / "patches" / "0015-precompile-cpp-helper.patch"
+RUN = ROOT / "lab" / "results" / "h100" / "perf-run2"
+BUILT = ROOT / "lab" / "results" / "cpu-dev" / "proof-cpu-proposed90"
+
+
+def test_0015_entered_after_the_gpu_run_of_this_very_diff():
+    """perf-run2 seeded the sm_90 mmcv built with 0015 on the CPU machine; its whole test section and
+    the installed ladder passed on the H100. A build-only patch: no A/B of its own there."""
+    from support.gpu_entry import check_tested
+
+    assert check_tested(RUN, PATCH, package_file="mmcv-2.2.0-cuda130_sm90_py312_h360a1f8_500.conda") is None
+    # the CPU build that made it read the same file, and took less CPU than the recipe without it
+    def sha(listing: Path) -> str:
+        return dict(line.split()[::-1] for line in listing.read_text().splitlines())["mmcv/0015-precompile-cpp-helper.patch"]
+
+    assert sha(BUILT / "P" / "proposed.txt") == sha(RUN / "proposed.txt")
 
 
 @pytest.mark.skipif(shutil.which("patch") is None, reason="GNU patch is not installed")
 def test_0015_applies_on_top_of_the_recipes_patches_without_fuzz(tmp_path):
     from mmstack_lab.standin.offline import patched_sdist
 
-    work = patched_sdist("mmcv", tmp_path, extra=(PATCH,))  # the recipe's patches, then 0015, --fuzz=0
+    work = patched_sdist("mmcv", tmp_path)  # the recipe's patches in order, 0015 last, --fuzz=0
     text = (work / "setup.py").read_text()
     compile(text, "setup.py", "exec")
     assert "def precompile_cpp_helper(" in text and "gch = precompile_cpp_helper(self.compiler, sources" in text
@@ -104,5 +119,5 @@ def test_0015_applies_on_top_of_the_recipes_patches_without_fuzz(tmp_path):
     # the header it precompiles is the one the C++ units include first, and a .gch never ships
     assert (work / HEADER).is_file()
     assert ".gch" not in (work / "MANIFEST.in").read_text()
-    # a build-only patch: no `patch_ab:` line, so the proof's patchab stage leaves it to --proposed builds
+    # a build-only patch: no `patch_ab:` line, so the proof's patchab stage has nothing of it to time
     assert not any(line.startswith("patch_ab:") for line in PATCH.read_text().splitlines())
