@@ -843,7 +843,7 @@ TABLES: dict[str, Table] = {
     "detector-processes": Table(sources=[f for _, f in _PROCESSES], build=_detector_processes),
     "detector-ops": Table(sources=[f for _, f in _DETECTOR_OPS], build=_detector_ops),
     "detector-ops-gpu": Table(sources=[f for _, f in _DETECTOR_OPS_GPU], build=_detector_ops),
-    "h100-patchab-nms": Table(sources=[f"h100/perf-run1/patchab_mmcv-{_P14}.json"], build=_patch_ab_times),
+    "h100-patchab-nms": Table(sources=[f"h100/perf-run2/patchab_mmcv-{_P14}.json"], build=_patch_ab_times),
     "h100-patchab-detector": Table(sources=[f"h100/perf-run1/patchab_mmdet-{_P5}.json"], build=_patch_ab_detector),
     "h200-detector-stages": Table(sources=[f"h200/recipe-run6/stages_bs{bs}_sm90.json" for bs in _BATCHES],
                                   build=_detector_stages),
@@ -1005,7 +1005,7 @@ VALUES: dict[str, Value] = {
        for key, spec in (("patched_over_released", "{:.3f}"), ("torchvision_over_patched", "{:.1f}"),
                          ("released_median_us", "{:,.0f}"), ("patched_median_us", "{:,.0f}"))},
     "h100-patchab-0005-bs8": Value(f"h100/perf-run1/patchab_mmdet-{_P5}.json", compute=lambda d: _vs_torchvision(d, 8)),
-    "h100-patchab-0014-cases": Value(f"h100/perf-run1/patchab_mmcv-{_P14}.json", compute=lambda d: "{} {:,}".format(
+    "h100-patchab-0014-cases": Value(f"h100/perf-run2/patchab_mmcv-{_P14}.json", compute=lambda d: "{} {:,}".format(
         "all" if d["same"]["nms"]["identical"] else f"{d['same']['nms']['n_differing']:,} differ of", d["same"]["nms"]["cases"])),
     "gpu-time-before-sm90": Value(f"{GPU_TIME}", compute=lambda d: _gpu_seconds(d["before"], "build+test sm90")),
     "gpu-time-after-sm90": Value(f"{GPU_TIME}", compute=lambda d: _gpu_seconds(d["after"], "test mmcv_cuda130_sm90")),
