@@ -9,10 +9,17 @@ its ops are run there. The stand-in channel has no torchvision (bootstrap.py say
 runs with MMSTACK_NO_TORCHVISION=1, so L4 compares against the CPU kernels and torch only, and the
 build summary records that.
 
+The workflow's jobs as CI runs them: the noarch job once, on the noarch recipes' python_min (3.10:
+pyenv's 3.10 here, bootstrap.python_min_python, with a stand-in channel of its own), its packages
+then copied into each CPU row's channel as a test job downloads the noarch artifact. The python_min
+row (cp310) runs the test job whole: mmcv's test section, then mmdet's against that mmcv on
+python_min (`test_the_noarch_packages_build_on_python_min_and_pass_their_tests_with_its_mmcv`).
+The other rows' stand-in channels have no Python 3.10, so their test job runs mmcv's test alone.
 A second CPython (issue 42: pyenv's 3.13 here, bootstrap.second_python) gets its own stand-in
 channel and the same CI steps for its CPU row; its mmcv must pass the same test section as 3.11's
 (`test_the_cpu_variant_builds_and_passes_its_tests_on_a_second_python`). Run with
-MMSTACK_E2E_RESULT=FILE it writes what that build showed (the record in lab/results/cpu-dev/).
+MMSTACK_E2E_RESULT=FILE the python_min and second-Python tests write what their build showed (the
+records in lab/results/cpu-dev/).
 
 Slow: ~2 min for the bootstrap channel and 12-20 min for mmcv on 2 cores, both cached under
 ~/.cache/mmstack-tests (keyed on the recipe, patches, build.sh, variant config and the mmstack
@@ -86,9 +93,43 @@ def _compiler_overrides() -> dict:
 
 
 @pytest.fixture(scope="module")
-def built_channel(bootstrap_channel: Path) -> dict:
-    """A channel holding mmstack and mmdet (noarch) and mmcv (cpu, py311), built with their tests; cached."""
-    return _built_channel(bootstrap_channel, bootstrap.THIS)
+def python_min() -> bootstrap.Interpreter:
+    try:
+        return bootstrap.python_min_python()
+    except bootstrap.BootstrapUnavailable as exc:
+        pytest.skip(f"no CPython for the noarch recipes' python_min on this machine: {exc}")
+
+
+@pytest.fixture(scope="module")
+def python_min_bootstrap_channel(python_min) -> Path:
+    try:
+        started = time.monotonic()
+        path = bootstrap.bootstrap_channel(python=python_min, log=_say)
+        _say(f"bootstrap channel for python_min {python_min.py}: {path} ({time.monotonic() - started:.0f}s)")
+        return path
+    except bootstrap.BootstrapUnavailable as exc:
+        pytest.skip(f"no bootstrap channel for python_min: {exc}")
+
+
+@pytest.fixture(scope="module")
+def noarch_built(python_min_bootstrap_channel: Path) -> dict:
+    """The workflow's noarch job (mmstack and mmengine with their tests, mmdet without) on python_min,
+    against its stand-in channel, as CI builds them once for every row; cached."""
+    return _noarch_built(python_min_bootstrap_channel)
+
+
+@pytest.fixture(scope="module")
+def built_channel(bootstrap_channel: Path, noarch_built: dict) -> dict:
+    """A channel holding mmstack, mmengine and mmdet (noarch, built on python_min) and mmcv (cpu, py311),
+    mmcv's test section run; cached."""
+    return _built_channel(bootstrap_channel, bootstrap.THIS, noarch_built)
+
+
+@pytest.fixture(scope="module")
+def python_min_built_channel(python_min_bootstrap_channel: Path, python_min, noarch_built: dict) -> dict:
+    """The python_min row (cpu, py310) with the noarch packages, its test job whole: mmcv's test
+    section, then mmdet's against that mmcv on python_min; cached."""
+    return _built_channel(python_min_bootstrap_channel, python_min, noarch_built)
 
 
 @pytest.fixture(scope="module")
@@ -111,10 +152,10 @@ def second_bootstrap_channel(second_python) -> Path:
 
 
 @pytest.fixture(scope="module")
-def second_built_channel(second_bootstrap_channel: Path, second_python, bootstrap_channel: Path) -> dict:
-    """The same CI steps for the second CPython's CPU row; the noarch job against this interpreter's
-    stand-in channel (CI builds the noarch packages on their oldest Python, python_min: 3.11); cached."""
-    return _built_channel(second_bootstrap_channel, second_python, noarch_channel=bootstrap_channel)
+def second_built_channel(second_bootstrap_channel: Path, second_python, noarch_built: dict) -> dict:
+    """The same CI steps for the second CPython's CPU row, with the noarch job's packages (built on
+    python_min); cached."""
+    return _built_channel(second_bootstrap_channel, second_python, noarch_built)
 
 
 def _cpu_row(doc: dict, python: str, boot: Path) -> str:
@@ -126,16 +167,60 @@ def _cpu_row(doc: dict, python: str, boot: Path) -> str:
     return key
 
 
-# test-variant.sh's test of the mmcv package (its first step): a second Python's run takes this one only.
-# Its second, mmdet's test, runs on mmdet's oldest Python too (python_min, 3.11), for which a
-# one-Python stand-in channel has no python and the run built no mmcv.
+# test-variant.sh's test of the mmcv package (its first step): the rows other than python_min's take
+# this one only. Its second, mmdet's test, runs on mmdet's oldest Python too (python_min, 3.10), for
+# which their one-Python stand-in channel has no python and the run built no mmcv.
 MMCV_TEST = ('mmstack channel index "$MMSTACK_OUTPUT" --quiet > /dev/null && mkdir -p "$MMSTACK_REPORTS" && '
              'mmstack test "$MMSTACK_OUTPUT"/linux-64/mmcv-*.conda --channel "$MMSTACK_OUTPUT" '
              '--source-channel "$MMSTACK_SOURCE_CHANNEL" --json > "$MMSTACK_REPORTS/test-mmcv.json"')
 
 
-def _built_channel(bootstrap_channel: Path, python: bootstrap.Interpreter, noarch_channel: Path | None = None) -> dict:
-    key = _inputs_key(bootstrap_channel) + (f"-{noarch_channel.name.removeprefix('bootstrap-')}" if noarch_channel else "")
+def _env(source: Path, recipes: Path, output: Path, reports: Path) -> dict:
+    """What the workflow's steps read (scripts/lib.sh) here: the stand-in source channel, the offline
+    recipes, the output and report directories."""
+    return {"MMSTACK_SOURCE_CHANNEL": str(source), "MMSTACK_RECIPES": str(recipes),
+            "MMSTACK_OUTPUT": str(output), "MMSTACK_REPORTS": str(reports),
+            bootstrap.NO_TORCHVISION_ENV: "1",  # read when the recipes render their tests
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+
+def _noarch_built(boot: Path) -> dict:
+    """The noarch job's steps against `boot` (python_min's stand-in channel), cached by their inputs."""
+    cache = bootstrap.CACHE_ROOT / f"noarch-{_inputs_key(boot)}"
+    summary_file = cache / "noarch-summary.json"
+    if summary_file.is_file():
+        _say(f"reusing {cache} (the noarch job: same recipes, matrix and mmstack sources)")
+        return {**json.loads(summary_file.read_text()), "channel": cache, "cached": True}
+    work = Path(tempfile.mkdtemp(prefix=".tmp-noarch-", dir=bootstrap.CACHE_ROOT))
+    try:
+        ch, reports = work / "channel", work / "reports"
+        for name in ("mmengine", "mmdet"):
+            offline.offline_recipe_for(name, ROOT / "recipes" / name, work / "recipes" / name)
+        started = time.monotonic()
+        steps = ci_steps.script_steps(ci_steps.workflow(), "noarch")
+        ci_steps.run_steps(steps, env=_env(boot, work / "recipes", ch, reports), log=_say)
+        built = [p for f in ("build-noarch", "build-mmdet") for p in json.loads((reports / f"{f}.json").read_text())["packages"]]
+        summary = {"source_channel": boot.name, "ci_steps": steps, "seconds": round(time.monotonic() - started),
+                   "packages": [p | {"size": Path(p["path"]).stat().st_size, "path": str(Path(p["path"]).relative_to(ch))}
+                                for p in built]}
+        shutil.move(reports, ch / "reports")  # the job's own reports, kept with its packages
+        (ch / "noarch-summary.json").write_text(json.dumps(summary, indent=2))
+        try:
+            ch.rename(cache)
+        except OSError:  # a concurrent run cached it first
+            pass
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    _say(f"noarch job on {boot.name}: {summary['seconds']}s")
+    return {**summary, "channel": cache, "cached": False}
+
+
+def _built_channel(bootstrap_channel: Path, python: bootstrap.Interpreter, noarch: dict) -> dict:
+    """The CPU row of `python`: the build job, then the test job with the noarch job's packages
+    (the workflow's artifact) beside its mmcv. The whole test job (mmcv's tests, then mmdet's on
+    python_min) where `bootstrap_channel` is the one the noarch job built on; mmcv's alone elsewhere."""
+    whole = noarch["source_channel"] == bootstrap_channel.name
+    key = _inputs_key(bootstrap_channel) + ("" if whole else f"-{noarch['source_channel'].removeprefix('bootstrap-')}")
     cache = bootstrap.CACHE_ROOT / f"mmcv-cpu-{key}"
     summary_file = cache / "build-summary.json"
     if summary_file.is_file():
@@ -148,26 +233,27 @@ def _built_channel(bootstrap_channel: Path, python: bootstrap.Interpreter, noarc
         for name in ("mmengine", "mmcv", "mmdet"):
             offline.offline_recipe_for(name, ROOT / "recipes" / name, work / "recipes" / name)
         started = time.monotonic()
-        # The generated workflow's own steps, in job order (noarch, build, test), for the CPU variant
-        # of the one python the bootstrap channel has: mmstack build --no-test on the "CPU runner",
-        # then mmstack test on the package file (tests/support/ci_steps.py)
+        # The generated workflow's own steps, in job order (build, test), for the CPU variant of the
+        # one python the bootstrap channel has: mmstack build --no-test on the "CPU runner", then
+        # mmstack test on the package file (tests/support/ci_steps.py)
         doc = ci_steps.workflow()
-        key = _cpu_row(doc, python.py, bootstrap_channel)
-        entry = {**ci_steps.matrix_entry(doc, key), **_compiler_overrides()}
-        noarch = ci_steps.script_steps(doc, "noarch")
-        rest = ci_steps.script_steps(doc, "build", entry)
-        rest += ci_steps.script_steps(doc, "test", entry) if noarch_channel is None else [MMCV_TEST]
-        steps = noarch + rest
+        row = _cpu_row(doc, python.py, bootstrap_channel)
+        entry = {**ci_steps.matrix_entry(doc, row), **_compiler_overrides()}
+        build_steps = ci_steps.script_steps(doc, "build", entry)
+        test_steps = ci_steps.script_steps(doc, "test", entry) if whole else [MMCV_TEST]
+        steps = build_steps + test_steps
         reports = work / "reports"
-        env = {"MMSTACK_SOURCE_CHANNEL": str(bootstrap_channel), "MMSTACK_RECIPES": str(work / "recipes"),
-               "MMSTACK_OUTPUT": str(ch), "MMSTACK_REPORTS": str(reports),
-               bootstrap.NO_TORCHVISION_ENV: "1",  # read when the recipes render their tests
-               "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-        ci_steps.run_steps(noarch, env={**env, "MMSTACK_SOURCE_CHANNEL": str(noarch_channel or bootstrap_channel)}, log=_say)
-        ci_steps.run_steps(rest, env=env, log=_say)
-        built = [p for f in ("build-noarch", "build-mmdet", "build-mmcv")
-                 for p in json.loads((reports / f"{f}.json").read_text())["packages"]]
-        tests = {t["build_string"]: t for f in ("test-mmcv", "test-mmdet") if f == "test-mmcv" or noarch_channel is None
+        env = _env(bootstrap_channel, work / "recipes", ch, reports)
+        ci_steps.run_steps(build_steps, env=env, log=_say)
+        # the test job downloads the noarch artifact into output/noarch (with the test receipts)
+        (ch / "noarch").mkdir(parents=True, exist_ok=True)
+        for f in (Path(noarch["channel"]) / "noarch").iterdir():
+            if f.name.endswith((".conda", ".conda.receipt.json")):
+                shutil.copy2(f, ch / "noarch" / f.name)
+        ci_steps.run_steps(test_steps, env=env, log=_say)
+        built = [*(p | {"path": str(ch / p["path"])} for p in noarch["packages"]),
+                 *json.loads((reports / "build-mmcv.json").read_text())["packages"]]
+        tests = {t["build_string"]: t for f in ("test-mmcv", "test-mmdet") if f == "test-mmcv" or whole
                  for t in json.loads((reports / f"{f}.json").read_text())["packages"]}
         for p in built:
             if p["build_string"] in tests:  # built with --no-test: the test job's results
@@ -176,10 +262,11 @@ def _built_channel(bootstrap_channel: Path, python: bootstrap.Interpreter, noarc
                 p["test_seconds"] = tests[p["build_string"]]["seconds"]
         summary = {
             "stand_in": f"built against {bootstrap_channel.name} (lab/src/mmstack_lab/standin/bootstrap.py stand-ins for "
-                        "conda-forge), without torchvision in the recipe's test environment"
-                        + (f"; the noarch packages against {noarch_channel.name}, mmdet's test left out" if noarch_channel else ""),
-            "ci_steps": steps,
+                        "conda-forge), without torchvision in the recipe's test environment; the noarch packages "
+                        f"against {noarch['source_channel']} (python_min)" + ("" if whole else ", mmdet's test left out"),
+            "ci_steps": [*noarch["ci_steps"], *steps],
             "seconds": round(time.monotonic() - started),
+            "noarch_seconds": noarch["seconds"],
             "packages": [p | {"size": Path(p["path"]).stat().st_size} for p in built],
         }
         for p in summary["packages"]:
@@ -220,6 +307,62 @@ def test_the_cpu_variant_builds_and_passes_its_tests_on_a_second_python(second_b
             "mmcv": {k: mmcv[k] for k in ("build_string", "size", "seconds", "test_seconds") if k in mmcv},
             "upstream_tests": {"path": upstream["path"], "counts": upstream["counts"], "failed": upstream["failed"]},
             "test_results": [{k: t.get(k) for k in ("kind", "passed", "counts") if k in t} for t in mmcv["test_results"]],
+            "machine": {"cpus": os.cpu_count(), "processor": os.uname().machine},
+        }, indent=1) + "\n")
+
+
+def _upstream(pkg: dict) -> dict:
+    (upstream,) = [t for t in pkg["test_results"] if t["kind"] == "upstream-tests"]
+    assert upstream["failed"] == [] and upstream["counts"]["failed"] == upstream["counts"]["error"] == 0, upstream
+    return upstream
+
+
+def test_the_noarch_packages_build_on_python_min_and_pass_their_tests_with_its_mmcv(
+        python_min_built_channel, python_min, python_min_bootstrap_channel):
+    """issue 42: mmstack, mmengine and mmdet built on their python_min (3.10, the matrix's oldest
+    Python) by the noarch job, installable on 3.10 and later; mmengine's test section (upstream's
+    tests among them) passed on 3.10 in that job, and the python_min row's test job passed mmcv's
+    test section (cp310) and then mmdet's against that mmcv on 3.10."""
+    assert python_min.py == bootstrap.PYTHON_MIN == "3.10"
+    ch = python_min_built_channel["channel"]
+    mmcv = _assert_cpu_build_passed(python_min_built_channel, python_min)
+    repodata = json.loads((ch / "noarch" / "repodata.json").read_text())["packages.conda"]
+    by_name = {r["name"]: r for r in repodata.values()}
+    assert sorted(by_name) == ["mmdet", "mmengine", "mmstack"], sorted(by_name)
+    for name, record in by_name.items():  # run on python_min and every newer Python (CFEP-25)
+        assert record["noarch"] == "python" and f"python >={python_min.py}" in record["depends"], (name, record)
+    assert "tomli >=2" in by_name["mmstack"]["depends"]  # pyproject's marker, which noarch cannot carry
+    packages = {p["name"]: p for p in python_min_built_channel["packages"]}
+    # each was built with python_min in its host (the recipe as rattler-build rendered it, in the package)
+    for name in by_name:
+        rendered = dict(_conda_members(ch / packages[name]["path"]))[_ENGINE_RECORD].decode()
+        assert f"python {python_min.py}.*" in rendered, name
+    engine = _upstream(packages["mmengine"])  # in the noarch job: tests/test_fileio, test_runner, ...
+    assert engine["counts"]["passed"] >= 100, engine["counts"]
+    det = _upstream(packages["mmdet"])  # in the test job, against the cp310 mmcv
+    assert det["counts"]["passed"] >= 400, det["counts"]
+    assert any(t["kind"] == "ladder" for t in packages["mmdet"]["test_results"])  # L6 with Faster R-CNN ran too
+    _say(f"python_min {python_min.py}: mmengine upstream {engine['counts']}, mmcv {mmcv['build_string']} "
+         f"upstream {_upstream(mmcv)['counts']}, mmdet upstream {det['counts']}")
+    out = os.environ.get("MMSTACK_E2E_RESULT")
+    if out:  # the record in lab/results/cpu-dev/: what this run showed
+        records = json.loads((python_min_bootstrap_channel / "linux-64" / "repodata.json").read_text())["packages.conda"]
+        stand_ins = {r["name"]: f"{r['version']} {r['build']}" for r in records.values() if r["name"] in ("python", "pytorch")}
+        Path(out).write_text(json.dumps({
+            "what": f"the noarch packages built on python_min {python_min.py} by the generated workflow's noarch job, "
+                    f"then the CPU row for Python {python_min.py} through its build and whole test job (mmcv's test "
+                    "section, mmdet's against it) by tests/test_build_e2e.py",
+            "command": "MMSTACK_E2E_RESULT=<this file> nice python -m pytest tests/test_build_e2e.py -k python_min",
+            "stand_in": python_min_built_channel["stand_in"] + f"; STAND-INs: python {stand_ins['python']}, "
+                        f"pytorch {stand_ins['pytorch']} (PyPI's torch wheel, a CUDA build, with its CUDA runtime wheels)",
+            "cached": python_min_built_channel["cached"],
+            "ci_steps": python_min_built_channel["ci_steps"],
+            "noarch_job_seconds": python_min_built_channel["noarch_seconds"],
+            "build_and_test_job_seconds": python_min_built_channel["seconds"],
+            "packages": {p["name"]: {k: p[k] for k in ("build_string", "size", "seconds", "test_seconds") if k in p}
+                         for p in python_min_built_channel["packages"]},
+            "upstream_tests": {name: {"path": u["path"], "counts": u["counts"], "failed": u["failed"]}
+                               for name, u in (("mmengine", engine), ("mmcv", _upstream(mmcv)), ("mmdet", det))},
             "machine": {"cpus": os.cpu_count(), "processor": os.uname().machine},
         }, indent=1) + "\n")
 

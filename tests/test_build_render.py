@@ -282,10 +282,78 @@ def test_mmstack_recipe_matches_pyproject():
     scripts = [f"{k} = {val}" for k, val in project["scripts"].items()]
     assert recipe["build"]["python"]["entry_points"] == scripts
     run = _names(recipe["requirements"]["run"])
+    # every dependency, those with a marker too: a noarch package cannot carry `python_version < '3.11'`,
+    # and python_min is 3.10, where mmstack reads TOML with tomli
     for dep in project["dependencies"]:
-        name = re.split(r"[<>=;\[ ]", dep)[0]
-        if "python_version < '3.11'" not in dep:  # python_min is 3.11: tomllib is in the stdlib
-            assert name in run, dep
+        assert re.split(r"[<>=;\[ ]", dep)[0] in run, dep
+    assert "tomli>=2; python_version < '3.11'" in project["dependencies"]
+    (python_min,) = [d for d in recipe["requirements"]["host"] if d.startswith("python ")]
+    assert python_min == "python 3.10.*" and "python >=3.10" in recipe["requirements"]["run"]
+    assert project["requires-python"] == ">=3.10"
+
+
+NOARCH = {"mmstack": "pyh", "mmengine": "safeload_pyh", "mmdet": "mmcv22_pyh"}  # recipe -> its build string prefix
+
+
+@pytest.mark.parametrize("name", sorted(NOARCH))
+def test_the_noarch_recipes_build_and_test_on_the_matrix_oldest_python(name):
+    """issue 42: python_min (conda-forge's CFEP-25) defaults to the oldest Python of the matrix, for
+    which mmcv has builds, in both formats: host `python <min>.*`, run `python >=<min>`, tests on
+    `<min>.*`. A Python 3.10 environment then takes our mmengine, mmdet and mmstack beside our mmcv.
+    The lock tests' fake channel (mmstack_lab.standin.fake_channel) models the packages so."""
+    from mmstack_lab.standin import fake_channel
+
+    oldest = min(re.findall(r'^  - "(3\.\d+)"$', (ROOT / "conda_build_config.yaml").read_text().split("\npython:\n")[1]
+                            .split("\n\n")[0], re.M), key=lambda v: tuple(map(int, v.split("."))))
+    assert oldest == "3.10"
+    (v,) = build.render(recipe_dir=ROOT / "recipes" / name, variant_config=ROOT / "conda_build_config.yaml")
+    recipe = v.recipe.to_dict()
+    assert f"python {oldest}.*" in recipe["requirements"]["host"]
+    assert f"python >={oldest}" in recipe["requirements"]["run"]
+    (versions,) = [t["python"]["python_version"] for t in recipe["tests"] if "python" in t]
+    assert versions == [f"{oldest}.*", "*"]  # the oldest and the newest (conda-smithy's lint hint)
+    meta = ROOT / "recipes" / name / "meta.yaml"
+    if meta.is_file():  # conda-build's form (recipes/mmstack has none)
+        text = meta.read_text()
+        assert f'{{% set python_min = python_min | default("{oldest}") %}}' in text
+        assert text.count("    - python {{ python_min }}.*\n") == 2  # host and test requires
+        assert "    - python >={{ python_min }}\n" in text
+    (fake,) = [p for p in fake_channel.standard_packages([]) if p.name == name and p.build == NOARCH[name]]
+    assert fake.noarch == "python" and f"python >={oldest}" in fake.depends, fake
+    # mmstack modelled whole (its run requirements are what a lock of pixi.toml pulls in), the
+    # others by a subset of theirs
+    fake_names, run_names = set(_names(fake.depends)), set(_names(recipe["requirements"]["run"]))
+    assert fake_names == run_names if name == "mmstack" else fake_names <= run_names, (fake.depends, run_names)
+
+
+NOARCH_FIXTURE = FIXTURE.with_name("render_noarch.json")
+
+
+@pytest.mark.parametrize("name", ["mmengine", "mmdet"])
+def test_the_real_conda_build_renders_the_noarch_meta_yaml_on_python_min_as_rattler_build_does(name):
+    """issue 42: each noarch meta.yaml through the real conda-build (render_noarch.json, its
+    make_fixture.py --noarch) against recipe.yaml through py-rattler-build: one build, on the same
+    python_min (host `python 3.10.*`, run `python >=3.10`, tests on 3.10), the same run requirements."""
+    from support.fixtures import load_current
+
+    assert NOARCH_FIXTURE.is_file(), (f"{NOARCH_FIXTURE.relative_to(ROOT)} is not recorded: make it with "
+                                      "`CONDARC=/dev/null python tests/data/conda_build_render/make_fixture.py --noarch` "
+                                      "(conda-build installed)")
+    doc = load_current(NOARCH_FIXTURE, how=" (conda-build installed)")
+    assert doc["generated_by"].endswith("make_fixture.py --noarch") and doc["conda_build"]
+    (cb,) = doc["recipes"][name]  # python_min pins python: conda-build loops over no Python
+    (v,) = build.render(recipe_dir=ROOT / "recipes" / name, variant_config=ROOT / "conda_build_config.yaml")
+    r = v.recipe.to_dict()
+    mask = re.compile(r"pyh[0-9a-f]{7}_")  # each engine hashes its own way
+    assert (cb["name"], cb["version"], cb["noarch"]) == (r["package"]["name"], r["package"]["version"], "python")
+    assert mask.sub("pyh#_", cb["build_string"]) == mask.sub("pyh#_", r["build"]["string"])
+    assert cb["build_number"] == r["build"]["number"]
+    assert cb["requirements"]["host"] == r["requirements"]["host"] and "python 3.10.*" in cb["requirements"]["host"]
+    assert cb["requirements"]["run"] == r["requirements"]["run"] and "python >=3.10" in cb["requirements"]["run"]
+    assert cb["requirements"]["build"] == r["requirements"].get("build", [])
+    (python,) = [t["python"] for t in r["tests"] if "python" in t]
+    assert "python 3.10.*" in cb["test_requires"] and python["python_version"][0] == "3.10.*"
+    assert set(python["imports"]) <= set(cb["test_imports"])
 
 
 def test_check_recipes_passes_on_the_repository():

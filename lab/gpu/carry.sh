@@ -23,7 +23,9 @@ dl "$C/big" "py-rattler==$(ver py-rattler)" "py-rattler-build==$(ver py-rattler-
 dl "$C/wheels" pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5 \
   pyelftools==0.33 addict==2.4.0 mmengine-lite==0.10.7 yapf==0.43.0 platformdirs==4.14.9 termcolor==3.3.0 \
   pycocotools==2.0.11 shapely==2.2.0 terminaltables==3.1.10 parameterized==0.9.0 \
-  zstandard==0.25.0  # zstandard: info/link.json into .conda files; parameterized: mmengine's upstream tests
+  tomli==2.5.0 zstandard==0.25.0
+# zstandard: info/link.json into .conda files; parameterized: mmengine's upstream tests; tomli: recipes/mmstack
+# requires it (pyproject's `tomli>=2; python_version < '3.11'`, which a noarch package cannot carry)
 tmp="$(mktemp -d)"
 for w in "$C"/big/*.whl; do unzip -q -o "$w" -d "$tmp/site"; done
 # the Rust extensions ship their symbol tables (167 MB unpacked); stripped, the archive is ~22 MB

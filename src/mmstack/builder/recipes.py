@@ -493,7 +493,7 @@ def _build_failed(name: str, exc: Exception, log_dir: Path, *, target_platform: 
             return BuildFailed(f"{name}: cannot solve an environment of the build: {why} (specs: {', '.join(specs)}; "
                                f"channels: {', '.join(channels)})",
                                fix="add the missing package to a --source-channel, or set the variant so the spec "
-                                   "exists there (e.g. --variant python_min=3.12 for a channel without 3.11)")
+                                   "exists there (e.g. --variant python_min=3.12 for a channel without 3.10)")
     # the script's own last error line, before rattler-build's "Script failed with status N"
     cut = next((i for i, line in enumerate(log) if line.startswith("Script failed with status")), len(log))
     before = log[:cut]

@@ -377,7 +377,7 @@ def config_digest(path: Path) -> str:
 
 
 # Keys a `--variant` override may set beyond the config's own: the noarch recipes read python_min
-# (`${{ python_min | default("3.11") }}`, as conda-forge's pinning sets it).
+# (`${{ python_min | default("3.10") }}`, as conda-forge's pinning sets it).
 RECIPE_KEYS = ("python_min",)
 _MINOR = re.compile(r"\d+\.\d+")
 

@@ -959,6 +959,9 @@ def _cb_upstream(doc: Doc) -> str:
     return f"{u['passed']} passed, {u['failed']} failed, {u['skipped']} skipped"
 
 
+_E2E_310 = "cpu-dev/e2e_py310_noarch_job.json"  # tests/test_build_e2e.py -k python_min's noarch job (issue 42)
+
+
 VALUES: dict[str, Value] = {
     "cb-build-seconds": Value(_CB, "build_seconds"),
     "cb-rattler-seconds": Value(_CB, "rattler_build_seconds"),
@@ -972,6 +975,10 @@ VALUES: dict[str, Value] = {
     "e2e-py313-failed": Value("cpu-dev/e2e_py313_cpu.json", "upstream_tests.counts.failed"),
     "e2e-py313-skipped": Value("cpu-dev/e2e_py313_cpu.json", "upstream_tests.counts.skipped"),
     "e2e-py313-minutes": Value("cpu-dev/e2e_py313_cpu.json", "wall_s", compute=lambda d: round(d["wall_s"] / 60)),
+    "e2e-py310-mmengine-passed": Value(_E2E_310, "upstream_tests.mmengine.counts.passed"),
+    "e2e-py310-mmengine-failed": Value(_E2E_310, "upstream_tests.mmengine.counts.failed"),
+    "e2e-py310-noarch-s": Value(_E2E_310, "seconds.noarch_job"),
+    "e2e-py310-standin-s": Value(_E2E_310, "seconds.stand_in_channel_py310"),
     "ci-variants": Value(_cost_sources()[0], compute=_ci_variants),
     "h200-r5-roi-align-fp16-bwd-range": Value(f"{_R5}/ops_full_sm90.json",
                                               compute=lambda d: _range(_fp16_fwd_bwd(d, "roi_align"))),

@@ -22,7 +22,10 @@ that are:
 
 A second CPython (`second_python()`: pyenv's 3.13 here, or MMSTACK_TEST_SECOND_PYTHON) gets a
 channel of its own, `bootstrap_channel(python=...)`: the same parts for its version, the wheels
-downloaded by its own pip (its binary tags). Its torch is the CPU wheel of /opt/wheels when one
+downloaded by its own pip (its binary tags). So does the noarch recipes' python_min
+(`python_min_python()`: pyenv's 3.10 here, or MMSTACK_TEST_PYTHON_MIN), on which the e2e builds
+mmstack, mmengine and mmdet as CI does; where a pinned wheel has no release for that Python
+(Requires-Python >=3.11), `wheels_for` takes the newest one that has (OLDER_PYTHON_PINS). Its torch is the CPU wheel of /opt/wheels when one
 is there; otherwise PyPI's torch wheel of the same version (`pypi_torch`), which for linux x86_64
 is a CUDA build: repacked with its CUDA runtime wheels (nvidia-*, cuda-*, triton) as packages of
 their own, so it imports and runs on a machine without a GPU, as the CPU wheel does. That stand-in
@@ -72,6 +75,10 @@ TORCH_WHEEL_GLOB = f"/opt/wheels/torch-*+cpu-cp{PY_TAG}-cp{PY_TAG}-*.whl"
 SECOND_PYTHON_ENV = "MMSTACK_TEST_SECOND_PYTHON"
 PYENV_VERSIONS = "~/.pyenv/versions"
 SECOND_PYTHON_GLOB = "3.13.*/bin/python3.13"  # under PYENV_VERSIONS
+# The noarch recipes' python_min (recipes/*: `python_min | default("3.10")`): the e2e builds them on it
+PYTHON_MIN_ENV = "MMSTACK_TEST_PYTHON_MIN"
+PYTHON_MIN = "3.10"
+PYTHON_MIN_GLOB = f"{PYTHON_MIN}.*/bin/python{PYTHON_MIN}"  # under PYENV_VERSIONS
 # PyPI's linux x86_64 torch is a CUDA build: what it requires from these distributions is repacked
 # beside it (bootstrap_cuda.py's TORCH_CLOSURE, the same rule)
 TORCH_RUNTIME_PREFIXES = ("nvidia-", "cuda-", "triton")
@@ -160,10 +167,23 @@ def interpreter(executable: Path) -> Interpreter:
 
 def second_python() -> Interpreter:
     """The second CPython of the e2e: $MMSTACK_TEST_SECOND_PYTHON, else pyenv's 3.13."""
-    explicit = os.environ.get(SECOND_PYTHON_ENV)
-    found = [Path(explicit)] if explicit else sorted(Path(PYENV_VERSIONS).expanduser().glob(SECOND_PYTHON_GLOB))
+    return _other_python(SECOND_PYTHON_ENV, SECOND_PYTHON_GLOB, "second CPython")
+
+
+def python_min_python() -> Interpreter:
+    """The noarch recipes' oldest Python (PYTHON_MIN): $MMSTACK_TEST_PYTHON_MIN, else pyenv's 3.10."""
+    py = _other_python(PYTHON_MIN_ENV, PYTHON_MIN_GLOB, f"CPython {PYTHON_MIN} (the noarch recipes' python_min)")
+    if py.py != PYTHON_MIN:
+        raise BootstrapUnavailable(f"{py.executable} is Python {py.py}, not python_min {PYTHON_MIN}; "
+                                   f"set {PYTHON_MIN_ENV} to a CPython {PYTHON_MIN}")
+    return py
+
+
+def _other_python(env: str, glob: str, what: str) -> Interpreter:
+    explicit = os.environ.get(env)
+    found = [Path(explicit)] if explicit else sorted(Path(PYENV_VERSIONS).expanduser().glob(glob))
     if not found or not found[-1].is_file():
-        raise BootstrapUnavailable(f"no second CPython ({PYENV_VERSIONS}/{SECOND_PYTHON_GLOB}); set {SECOND_PYTHON_ENV} to one")
+        raise BootstrapUnavailable(f"no {what} ({PYENV_VERSIONS}/{glob}); set {env} to one")
     py = interpreter(found[-1])
     if py.is_this:
         raise BootstrapUnavailable(f"{found[-1]} is the interpreter running the tests, not a second one")
@@ -219,6 +239,8 @@ WHEELS: tuple[Wheel, ...] = (
     Wheel("annotated-types", "0.8.0"),
     Wheel("typing-inspection", "0.4.5", depends=("typing_extensions >=4.12.0",)),
     Wheel("pyelftools", "0.33"),
+    # pyproject's `tomli>=2; python_version < '3.11'`, which recipes/mmstack requires on every Python
+    Wheel("tomli", "2.5.0"),
     # the mmcv recipe's test section runs upstream's tests/test_ops with pytest
     Wheel("pytest", "9.2.0", depends=("iniconfig >=1.0.1", "packaging >=22", "pluggy >=1.5,<2", "pygments >=2.7.2")),
     Wheel("iniconfig", "2.3.1"),
@@ -242,6 +264,50 @@ WHEELS: tuple[Wheel, ...] = (
     Wheel("terminaltables", "3.1.10"),
     Wheel("tqdm", "4.70.1"),
 )
+# What an older CPython takes in place of WHEELS' entry of the same name, or beside them:
+# - the newest release that still installs there, for each pin of WHEELS whose release requires a
+#   newer Python (its Requires-Python, or no wheel for the tag). Found with that CPython's pip: `pip
+#   download --no-deps --only-binary=:all: NAME==VERSION` fails on WHEELS' pin; `pip index versions
+#   --only-binary=:all: NAME`, then the download, gives the newest that installs. The depends are
+#   each release's own Requires-Dist under conda-forge's names;
+# - the same release with the requirements its markers add there (`; python_version < "3.11"`), and
+#   the distributions only those pull in (exceptiongroup). Without them yapf fails to import on
+#   3.10 (`import tomli as tomllib` in yapflib/style.py: seen, mmengine's test in the e2e).
+OLDER_PYTHON_PINS: dict[str, tuple[Wheel, ...]] = {
+    "3.10": (
+        Wheel("numpy", "2.2.6"),  # 2.3.0 on: Requires-Python >=3.11
+        Wheel("scipy", "1.15.3", depends=("numpy >=1.23.5,<2.5",)),  # 1.16.0 on: >=3.11
+        Wheel("matplotlib", "3.10.9", conda="matplotlib-base",  # 3.11.0 on: >=3.11
+              depends=("contourpy >=1.0.1", "cycler >=0.10", "fonttools >=4.22.0", "kiwisolver >=1.3.1", "numpy >=1.23",
+                       "packaging >=20.0", "pillow >=8", "pyparsing >=3", "python-dateutil >=2.7")),
+        Wheel("contourpy", "1.3.2", depends=("numpy >=1.23",)),  # 1.3.3 on: >=3.11
+        Wheel("fonttools", "4.65.0"),  # 4.66 on: >=3.11
+        Wheel("pillow", "12.3.0"),  # 13.0.0 on: >=3.11
+        Wheel("shapely", "2.1.2", depends=("numpy >=1.21",)),  # 2.2.0 on: >=3.11
+        Wheel("networkx", "3.4.2"),  # 3.5 on: >=3.11 (torch's own resolve for cp310 takes 3.4.2 too)
+        Wheel("filelock", "4.1.0"),  # 4.1.1 on: >=3.11
+        Wheel("platformdirs", "4.12.4"),  # 4.13 on: >=3.11
+        Wheel("regex", "2026.9.29"),  # the releases after it: >=3.11
+        Wheel("typer", "0.29.1",  # 0.29.2: >=3.11
+              depends=("pydantic >=2.5.3", "shellingham >=1.3.0", "rich >=13.8.0", "annotated-doc >=0.0.2")),
+        Wheel("annotated-doc", "0.0.6"),  # 0.0.7: >=3.11
+        # the same releases as WHEELS', with their `python_version < "3.11"` requirements
+        Wheel("yapf", "0.43.0", depends=("platformdirs >=3.5.1", "tomli >=2.0.1")),
+        Wheel("pytest", "9.2.0", depends=("iniconfig >=1.0.1", "packaging >=22", "pluggy >=1.5,<2", "pygments >=2.7.2",
+                                          "exceptiongroup >=1", "tomli >=2")),
+        Wheel("exceptiongroup", "1.3.2", depends=("typing_extensions >=4.6.0",)),  # pytest's, on 3.10 only
+    ),
+}
+
+
+def wheels_for(python: Interpreter = THIS) -> tuple[Wheel, ...]:
+    """WHEELS, with OLDER_PYTHON_PINS' entry in place of each of the same name for `python`, and
+    its others after them."""
+    older = {w.pypi: w for w in OLDER_PYTHON_PINS.get(python.py, ())}
+    same = tuple(older.get(w.pypi, w) for w in WHEELS)
+    return same + tuple(w for w in older.values() if w.pypi not in {x.pypi for x in WHEELS})
+
+
 TORCH = Wheel("torch", "", conda="pytorch",
               depends=("filelock", "fsspec >=0.8.5", "jinja2", "networkx >=2.5.1", "setuptools >=77.0.3",
                        "sympy >=1.13.3", "typing_extensions >=4.10.0"))
@@ -276,7 +342,7 @@ def bootstrap_channel(*, python: Interpreter = THIS, cache_root: Path = CACHE_RO
         wheels = download_wheels(wheel_dir, python=python, log=log)
         build_python(channel, work / "recipes", python=python, log=log)
         build_stubs(channel, work / "recipes", gcc=gcc, gxx=gxx, log=log)
-        for wheel in WHEELS:
+        for wheel in wheels_for(python):
             repack_wheel(wheels[wheel.pypi], wheel, channel, work / "stage", python=python, log=log)
         extra = []
         for whl in runtime:  # PyPI's CUDA torch: its runtime wheels, each a package of its own
@@ -367,14 +433,15 @@ def download_wheels(dest: Path, *, python: Interpreter = THIS, log: Log = print)
     """pip-download every pinned wheel (no deps: the pins are the closure) into a shared cache, with
     `python`'s own pip (its binary tags)."""
     dest.mkdir(parents=True, exist_ok=True)
-    missing = [w for w in WHEELS if _find_wheel(dest, w) is None]
+    wanted = wheels_for(python)
+    missing = [w for w in wanted if _find_wheel(dest, w) is None]
     if missing:
         log(f"downloading {len(missing)} wheels from PyPI into {dest}")
         cmd = [str(python.executable), "-m", "pip", "download", "--only-binary=:all:", "--no-deps",
                "--disable-pip-version-check", "-q", "-d", str(dest)]
         cmd += [f"{w.pypi}=={w.version}" for w in missing]
         subprocess.run(cmd, check=True)
-    found = {w.pypi: _find_wheel(dest, w) for w in WHEELS}
+    found = {w.pypi: _find_wheel(dest, w) for w in wanted}
     lost = [name for name, path in found.items() if path is None]
     if lost:
         raise BootstrapUnavailable(f"pip did not produce wheels for {', '.join(lost)}")
@@ -712,7 +779,7 @@ def _cache_key(torch_wheel: Path, gcc: str, python: Interpreter = THIS) -> str:
     st = torch_wheel.stat()
     parts = {
         "bootstrap.py": hashlib.sha256(Path(__file__).read_bytes()).hexdigest(),
-        "wheels": [(w.pypi, w.version, w.name, w.depends) for w in WHEELS],
+        "wheels": [(w.pypi, w.version, w.name, w.depends) for w in wheels_for(python)],
         "torch": [torch_wheel.name, st.st_size],
         "python": [sys.base_prefix, sys.version] if python.is_this else [str(python.prefix), python.full_version],
         "gcc": gcc,

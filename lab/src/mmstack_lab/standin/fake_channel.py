@@ -14,7 +14,7 @@ Real .conda packages (made by py-rattler-build's `assemble_package`, empty of fi
   cuda-version in its run requirements for CUDA builds, pinned to the matrix's pytorch; a
   per-generation build also `cuda-arch >=<cuda_arch_min>` (cuda-arch's run-export) and `__cuda_arch >=<min>,<next major>`,
   its build number the matrix's (100 x mmcv_priority), as recipes/mmcv renders them;
-- python, mmstack and the tooling (typer, rich, pydantic, pyelftools, py-rattler,
+- python, mmstack and the tooling (typer, rich, pydantic, pyelftools, tomli, py-rattler,
   py-rattler-build, ruamel.yaml, pytest, ruff, matplotlib-base) so the repository's pixi.toml solves whole.
 
 Nothing here is a product default. `build_channel(dest, packages)` writes and indexes a channel.
@@ -35,6 +35,9 @@ import tomllib
 from mmstack_lab.paths import ROOT
 
 CUDA_ARCH_VERSIONS = ROOT / "tests" / "data" / "solver_selection" / "cuda-arch-versions.toml"
+# recipes/mmstack, mmengine and mmdet: `python_min | default("3.10")`, run `python >={{ python_min }}`
+# (tests/test_build_render.py holds the packages below to the recipes' render)
+NOARCH_PYTHON_MIN = "3.10"
 STAND_IN = "STAND-IN (mmstack_lab.standin.fake_channel)"
 
 # Fixed timestamp: the same inputs give byte-identical packages.
@@ -135,19 +138,22 @@ def standard_packages(matrix, *, pythons=("3.11", "3.12"), cuda_versions=("12.8"
                         depends=mmcv_depends(v, cuda_arch_guard=cuda_arch_guard, cuda_arch_bound=cuda_arch_bound), build_number=v.build_number,
                         constrains=(f"pytorch * {'cpu' if v.cuda is None else 'cuda'}*",)))
     # recipes/mmdet's build (patched for mmcv 2.2) and conda-forge's unpatched one, which the
-    # `mmcv22_*` build pin must keep out.
+    # `mmcv22_*` build pin must keep out. Ours run on the recipes' python_min (NOARCH_PYTHON_MIN) and later.
     pkgs.append(Pkg("mmdet", "3.3.0", "mmcv22_pyh", subdir="noarch", noarch="python",
-                    depends=("python >=3.11", "mmcv >=2.0.0rc4,<2.3.0", "mmengine >=0.7.1,<1.0.0 safeload_*", "numpy")))
+                    depends=(f"python >={NOARCH_PYTHON_MIN}", "mmcv >=2.0.0rc4,<2.3.0", "mmengine >=0.7.1,<1.0.0 safeload_*",
+                             "numpy")))
     pkgs.append(Pkg("mmdet", "3.3.0", "pyh", subdir="noarch", noarch="python", build_number=1,
                     depends=("python >=3.8", "mmcv >=2.0.0rc4,<2.2.0", "mmengine >=0.7.1,<1.0.0", "numpy")))
     # recipes/mmengine's build (safe checkpoint loading) and conda-forge's, which mmdet's pin keeps out
-    pkgs.append(Pkg("mmengine", "0.10.7", "safeload_pyh", subdir="noarch", noarch="python", depends=("python >=3.11", "numpy")))
+    pkgs.append(Pkg("mmengine", "0.10.7", "safeload_pyh", subdir="noarch", noarch="python",
+                    depends=(f"python >={NOARCH_PYTHON_MIN}", "numpy")))
     pkgs.append(Pkg("mmengine", "0.10.7", "pyh", subdir="noarch", noarch="python", build_number=1,
                     depends=("python >=3.8", "numpy")))
     pkgs.append(Pkg("mmstack", "0.1.0", "pyh", subdir="noarch", noarch="python",
-                    depends=("python >=3.10", "typer >=0.12", "rich >=13", "pydantic >=2.5", "pyelftools >=0.31", "jinja2 >=3.1")))
+                    depends=(f"python >={NOARCH_PYTHON_MIN}", "typer >=0.12", "rich >=13", "pydantic >=2.5", "pyelftools >=0.31",
+                             "jinja2 >=3.1", "tomli >=2")))
     for name, ver in (("typer", "0.12.5"), ("rich", "13.9.4"), ("pydantic", "2.9.2"), ("pyelftools", "0.31"), ("jinja2", "3.1.6"),
-                      ("ruamel.yaml", "0.18.6"), ("pytest", "8.3.3")):
+                      ("tomli", "2.5.0"), ("ruamel.yaml", "0.18.6"), ("pytest", "8.3.3")):
         pkgs.append(Pkg(name, ver, "pyh", subdir="noarch", noarch="python", depends=("python >=3.9",)))
     for name, ver in (("py-rattler", "0.28.0"), ("py-rattler-build", "0.73.0"), ("matplotlib-base", "3.10.8")):
         pkgs.append(Pkg(name, ver, "py311", depends=(_py("3.11"),)))
