@@ -88,12 +88,15 @@ def sandbox_ladder(log: Path) -> dict | None:
     if start is None:
         return None
     body: list[str] = []
+    data = None
     for line in lines[start + 1:]:
         m = re.match(r"\d\d:\d\d:\d\d \[(\w+)\] (.*)", line)
         if not m or m.group(1) != "info":
             break
         if not body and m.group(2) != "{":
             continue  # verify's progress lines (stderr, in the same log) come before its JSON
+        if m.group(2).startswith("mmstack-result "):
+            continue  # the one-line record `mmstack test` reads (stderr), interleaved with the JSON
         body.append(m.group(2))
         if m.group(2) == "}":
             try:
@@ -101,7 +104,7 @@ def sandbox_ladder(log: Path) -> dict | None:
                 break
             except ValueError:
                 continue
-    else:
+    if data is None:  # the log ended, or another line came, before verify's JSON was whole
         return None
     command = re.sub(r"^\S+ \[\w+\] \+ ", "", lines[start])
     levels = {lv["level"]: {"status": lv["status"], "seconds": lv.get("seconds"), "reason": lv.get("reason")}
