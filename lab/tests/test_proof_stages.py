@@ -212,3 +212,33 @@ def test_seed_leaves_only_this_calls_packages_in_the_channel(tmp_path):
     assert sorted({**index.get("packages", {}), **index.get("packages.conda", {})}) == ["mmstack-1.0-hnew_0.conda"]
     assert "removed 1 package(s) an earlier call left in the channel (mmstack-1.0-hold_0.conda)" in (
         r.res / "STATUS").read_text()
+
+
+def test_recipe_run13_tested_the_cpu_built_sm90_package_and_built_one_itself_on_one_gpu():
+    """Issue 39's measure, like for like: on one H100, in one call, the GPU machine built the sm_90
+    mmcv with its test section (before) and ran the whole test section of the package the 2-core CPU
+    machine had built (after, proof-cpu-build2: the seeded file), upstream's tests seeded and passing;
+    gpu_time.json is what gpu_time makes of the run's own timed files."""
+    import json
+
+    from mmstack_lab.paths import RESULTS
+    from mmstack_lab.proof import gpu_time
+
+    run, cpu = RESULTS / "h100" / "recipe-run13", RESULTS / "cpu-dev" / "proof-cpu-build2"
+    carried = (run / "seed.out").read_text().split()
+    assert carried == [p for p in (cpu / "packages.txt").read_text().split() if p.startswith(("mmcv-", "mmstack-"))]
+    (mmcv,) = [p for p in carried if p.startswith("mmcv-")]
+    status = (run / "STATUS").read_text()
+    assert f"test {mmcv} rc=0" in status and "sm90 build rc=0" in status
+    doc = json.loads((run / "test_mmcv_cuda130_sm90.json").read_text())
+    (pkg,) = doc["packages"]
+    assert doc["passed"] and pkg["passed"] and Path(pkg["path"]).name == mmcv
+    (up,) = [r for r in pkg["test_results"] if r.get("kind") == "upstream-tests"]
+    assert up["counts"]["failed"] == 0 and up["counts"]["error"] == 0 and up["counts"]["passed"] >= 264
+    assert up["seed"] == 0  # seeded per test (mmstack.verify.upstream_tests)
+    assert gpu_time.gpu(run).startswith("NVIDIA H100")
+    made = json.loads((run / "gpu_time.json").read_text())
+    assert made["like_for_like"] == gpu_time.like_for_like(run, run)
+    assert made["before"] == gpu_time.before(run) and made["after"] == gpu_time.after(run)
+    pair = made["like_for_like"]["packages"]["sm90"]
+    assert pair["after"] < pair["before"] / 2 and made["like_for_like"]["after_over_before"] < 0.5
