@@ -269,3 +269,24 @@ def test_size_mode_shrinks_both_packages_and_threads_buy_no_wall_time():
     assert thr["longest_unit"]["s"] < base["longest_unit"]["s"] and thr["unit_cpu_s"] > base["unit_cpu_s"]
     assert thr["parallel_limit_s"] == round(thr["unit_cpu_s"] / thr["cores"], 1)  # CPU-bound, not longest-unit-bound
     assert fat["recipe-fat3"]["command_wall_s"] >= fat["recipe-fat2"]["command_wall_s"]
+
+
+def test_sandbox_ladder_reads_past_the_result_record_and_survives_a_cut_log(tmp_path):
+    """recipe-run13's log: `mmstack verify`'s JSON (stdout) has the one-line mmstack-result record
+    (stderr) in the middle of it; the report is still read. A log that ends inside the JSON gives None."""
+    from mmstack_lab.proof.gpu_proof_summary import sandbox_ladder
+
+    report = {"ok": True, "python": "py", "levels": [{"level": "L1", "status": "PASS", "seconds": 1.0},
+                                                      {"level": "L2", "status": "PASS", "seconds": 0.1}]}
+    body = json.dumps(report, indent=1).splitlines()
+    lines = ["02:32:55 [info] + mmstack verify --levels L1,L2 --json --expect-gpu", "02:32:55 [info] verify: L1 import (1/2), 0s"]
+    lines += [f"02:33:06 [info] {b.strip()}" for b in body[:3]]
+    lines += ['02:33:06 [info] mmstack-result {"kind":"ladder","ok":true}']
+    lines += [f"02:33:06 [info] {b.strip()}" for b in body[3:]]
+    log = tmp_path / "rattler-build-sm90.log"
+    log.write_text("\n".join([*lines, "│ Package ┆ Version │"]) + "\n")
+    got = sandbox_ladder(log)
+    assert got is not None and got["ok"] is True
+    assert {k: v["status"] for k, v in got["levels"].items()} == {"L1": "PASS", "L2": "PASS"}
+    log.write_text("\n".join(lines[:6]) + "\n│ Package ┆ Version │\n")  # cut inside the JSON
+    assert sandbox_ladder(log) is None
