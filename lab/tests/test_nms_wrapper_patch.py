@@ -20,7 +20,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from support.gpu_entry import check_tested, diff_sha256
 
 from mmstack_lab.ops import nms_cases, patch_ab
