@@ -100,15 +100,20 @@ def python_min() -> bootstrap.Interpreter:
         pytest.skip(f"no CPython for the noarch recipes' python_min on this machine: {exc}")
 
 
-@pytest.fixture(scope="module")
-def python_min_bootstrap_channel(python_min) -> Path:
+def _channel_for(python: bootstrap.Interpreter, what: str) -> Path:
+    """The bootstrap channel for another CPython than this one (cached), or a skip saying why not."""
     try:
         started = time.monotonic()
-        path = bootstrap.bootstrap_channel(python=python_min, log=_say)
-        _say(f"bootstrap channel for python_min {python_min.py}: {path} ({time.monotonic() - started:.0f}s)")
+        path = bootstrap.bootstrap_channel(python=python, log=_say)
+        _say(f"bootstrap channel for {what} {python.py}: {path} ({time.monotonic() - started:.0f}s)")
         return path
     except bootstrap.BootstrapUnavailable as exc:
-        pytest.skip(f"no bootstrap channel for python_min: {exc}")
+        pytest.skip(f"no bootstrap channel for {what}: {exc}")
+
+
+@pytest.fixture(scope="module")
+def python_min_bootstrap_channel(python_min) -> Path:
+    return _channel_for(python_min, "python_min")
 
 
 @pytest.fixture(scope="module")
@@ -142,13 +147,7 @@ def second_python() -> bootstrap.Interpreter:
 
 @pytest.fixture(scope="module")
 def second_bootstrap_channel(second_python) -> Path:
-    try:
-        started = time.monotonic()
-        path = bootstrap.bootstrap_channel(python=second_python, log=_say)
-        _say(f"bootstrap channel for python {second_python.py}: {path} ({time.monotonic() - started:.0f}s)")
-        return path
-    except bootstrap.BootstrapUnavailable as exc:
-        pytest.skip(f"no bootstrap channel for the second CPython: {exc}")
+    return _channel_for(second_python, "the second CPython")
 
 
 @pytest.fixture(scope="module")
