@@ -38,6 +38,9 @@ class Run:
     test: bool = True  # run the recipes' test sections in the builds (False: build machine, --no-test)
     proposed: bool = False  # the mmcv and mmdet builds apply recipes/<name>/proposed/*.patch too
     ptx_arch: str = "8.0"  # the ptx stage's arch list is "<ptx_arch>+PTX"
+    detprocs_batches: tuple[int, ...] = (8, 16, 2)  # the detprocs stage's batch sizes, in this order
+    detprocs_pairs: int = 10  # ABBA pairs of child processes per batch size
+    test_only: tuple[str, ...] = ()  # the test stage tests these packages (by name) only; () = all of ours
     out: Path | None = None  # the device call's $OUT: results handed back at every stage boundary
     facts: dict = field(default_factory=dict)  # python, torch, cuda, gcc of this machine
 

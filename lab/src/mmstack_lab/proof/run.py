@@ -151,6 +151,16 @@ def _stable_copy(r: Run) -> tuple[Path, Path]:
     return tree, carry
 
 
+def _batches(text: str) -> tuple[int, ...]:
+    try:
+        sizes = tuple(int(b) for b in text.replace(",", " ").split())
+    except ValueError:
+        sizes = ()
+    if not sizes or min(sizes) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give positive batch sizes, e.g. '8 16'")
+    return sizes
+
+
 def _collect(r: Run, seconds: float) -> int:
     until = time.monotonic() + seconds
     while not (r.res / "DONE").exists() and time.monotonic() < until:
@@ -173,6 +183,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--proposed", action="store_true", help="mmcv and mmdet builds apply recipes/*/proposed/*.patch too; "
                     "on the GPU, seed takes $CARRY/proposed's builds in place of the same packages in $CARRY/packages")
     ap.add_argument("--ptx-arch", default="8.0", help="the ptx stage builds '<ARCH>+PTX' (e.g. 8.9 for the rtx4090 row)")
+    ap.add_argument("--detprocs", type=_batches, default=(8, 16, 2), metavar="BATCHES",
+                    help="the detprocs stage's batch sizes, in order (default: '8 16 2')")
+    ap.add_argument("--pairs", type=int, default=10, help="the detprocs stage's ABBA process pairs per batch size")
+    ap.add_argument("--test-only", default="", metavar="NAMES",
+                    help="the test stage tests these of our packages only, e.g. 'mmdet' (default: every one)")
     ap.add_argument("--rehearse", action="store_true",
                     help="run GPU stages on a machine without one (plumbing only; results say REHEARSAL)")
     ap.add_argument("--packages-to", type=Path, help="copy our built packages here at the end (e.g. .carry/packages)")
@@ -183,6 +198,8 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(os.environ["OUT"]) if os.environ.get("OUT") else None
     r = Run(root=ROOT, carry=args.carry.resolve(), res=args.res, work=args.work, py=args.py,
             test=not (args.no_test or where == "cpu"), proposed=args.proposed, ptx_arch=args.ptx_arch,
+            detprocs_batches=args.detprocs, detprocs_pairs=args.pairs,
+            test_only=tuple(args.test_only.replace(",", " ").split()),
             out=None if (args.start or args.collect) else out)
     if args.collect is not None:
         r.out = out

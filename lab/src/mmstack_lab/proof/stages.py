@@ -201,10 +201,15 @@ def _seed(r: Run) -> int:
 
 
 def _test(r: Run) -> int:
-    """Each of our packages' whole test section on this machine (`mmstack test`), mmcv before mmdet."""
+    """Each of our packages' whole test section on this machine (`mmstack test`), mmcv before mmdet
+    (--test-only: those named only, e.g. the one a candidate patch changes)."""
     order = {"mmstack": 0, "mmengine": 1, "mmcv": 2, "mmdet": 3}
     rc_all = 0
-    for pkg in sorted(r.ours(), key=lambda p: (order.get(p.name.split("-")[0], 9), p.name)):
+    ours = [p for p in r.ours() if not r.test_only or p.name.split("-")[0] in r.test_only]
+    if not ours:
+        r.status(f"test: no package of ours named {' '.join(r.test_only)} in the channel")
+        return 1
+    for pkg in sorted(ours, key=lambda p: (order.get(p.name.split("-")[0], 9), p.name)):
         tag = pkg.name.split("-")[0] + ("_" + pkg.name.split("-")[2].split("_py")[0] if pkg.name.startswith("mmcv-") else "")
         rc = r.sh(f"test_{tag}", r.mm("test", str(pkg), "--channel", str(r.channel), "--source-channel", str(r.standin),
                                       "--log", str(r.res / f"rattler-test-{tag}.log"), "--json"),
@@ -332,9 +337,9 @@ def _patchab(r: Run) -> int:
     return rc_all
 
 
-def _detprocs(r: Run, batches=(8, 16, 2), pairs: int = 10) -> int:
-    rc_all = 0
-    for bs in batches:
+def _detprocs(r: Run) -> int:
+    rc_all, pairs = 0, r.detprocs_pairs
+    for bs in r.detprocs_batches:
         rc_all = _lab(r, f"detprocs_bs{bs}_sm90", "mmstack_lab.detector.bench_detector", "--device", "cuda", "--batch-size",
                       str(bs), "--iters", "10", "--repeats", "2", "--processes", str(pairs), "--json",
                       timeout=60 * pairs + 60) or rc_all
@@ -385,7 +390,7 @@ STAGES_GPU = (
     Stage("runneroh", "gpu", "what mmengine's Runner, hooks, logging and the DataLoader add per iteration",
           lambda r: _lab(r, "runner_overhead_sm90", "mmstack_lab.detector.runner_overhead", "--device", "cuda", "--json"),
           needs=("install90",), outputs=("runner_overhead_sm90.json",)),
-    Stage("detprocs", "gpu", "mmdet against torchvision in fresh child processes, ABBA, batch 8, 16, 2 (95% intervals)",
+    Stage("detprocs", "gpu", "mmdet against torchvision in fresh child processes, ABBA, at each --detprocs batch size (95% intervals)",
           _detprocs, needs=("install90",), outputs=("detprocs_bs*_sm90.json",), docs="detector-processes"),
     Stage("bench", "gpu", "ops against torchvision, detector it/s and stages at batch 2, 8, 16, profiles", _bench,
           needs=("install90",), outputs=("ops_full_sm90.json", "detector_bs*_sm90.json"), docs="ops-now"),
