@@ -191,7 +191,8 @@ def grads(python: str, over: Overlay, device: str, ops: list[str]) -> dict:
     return each_side(python, over, GRADS, device, dtypes, ",".join(ops))
 
 
-SAME = {"nms": "mmstack_lab.ops.nms_cases"}  # --same: the ops with a case-by-case digest module
+SAME = {"nms": "mmstack_lab.ops.nms_cases",  # --same: what has a case-by-case digest module
+        "rpn_proposals": "mmstack_lab.detector.rpn_proposal_cases"}
 
 
 def same(python: str, over: Overlay, device: str, ops: list[str], cases: int) -> dict:
