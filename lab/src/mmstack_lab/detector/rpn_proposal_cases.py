@@ -48,7 +48,8 @@ def draw(i: int, seed: int, device: str) -> dict:
 
     setting = SETTINGS[i % len(SETTINGS)]
     n_imgs = int(torch.randint(1, 9, (1,), generator=g))
-    pad = (64 * int(torch.randint(2, 5, (1,), generator=g)), 64 * int(torch.randint(2, 5, (1,), generator=g)))
+    # padded to a multiple of 32, as DetDataPreprocessor pads (size_divisor=32)
+    pad = (32 * int(torch.randint(3, 9, (1,), generator=g)), 32 * int(torch.randint(3, 9, (1,), generator=g)))
     inner = pick([False, True, True])  # images smaller than the padded batch: each its own clip
     shapes = [(pad[0] - int(torch.randint(0, 60, (1,), generator=g)), pad[1] - int(torch.randint(0, 60, (1,), generator=g)))
               if inner else pad for _ in range(n_imgs)]
