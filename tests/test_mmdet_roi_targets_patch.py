@@ -1,12 +1,13 @@
-"""Issue 43 item 1: proposed mmdet patch 0007 (recipes/mmdet/proposed/) computes the RoI head's
+"""Issue 43 item 1: mmdet recipe patch 0007 computes the RoI head's
 targets for the whole batch at once: BBoxHead.get_targets (concat=True, the default) makes one
 encode of every image's positives and one cat per output of slices of a few tensors made once,
 instead of _get_targets_single per image (four new tensors, four slice writes and an encode each)
 and a cat; and BBoxHead.loss takes the positives' indices once instead of reading the mask's count
 back for `.any()` and each of its four boolean-mask indexings.
 
-It is a candidate: it enters the recipe only after the patchab stage has timed it on a GPU. What the
-CPU settles is settled here: it applies after the recipe's patches without fuzz; with the e2e build's
+It waited in recipes/mmdet/proposed/ until its GPU run: lab/results/h100/perf-run4 tested a package
+built with it on the CPU machine (the recipe's whole mmdet test section passed on an H100) and timed
+it with patch_ab. Here: that run tested this very diff; it applies in the recipe's order without fuzz; with the e2e build's
 real mmdet (an overlay of the installed package, as patch_ab.py makes it) the released and the patched
 code give the same targets (concat=True and False), losses and gradients of loss_and_target, bit for
 bit, over batches of 1-8 images from mmdet's own MaxIoUAssigner and RandomSampler and hand-built
@@ -17,9 +18,9 @@ reg_class_agnostic, the Faster R-CNN head (Shared2FCBBoxHead); the batched path 
 _get_targets_single, and concat=False, keep the loop; and roi.loss, counted as detector_ops counts
 it, dispatches as many ops at batch 8 as at 2, with three host waits instead of seven.
 
-Until the e2e build's prefix exists these skip; they ran in a STAND-IN interpreter (the patch's
-header and lab/results/cpu-dev/roi_loss_ops_p0007.json say which), whose committed counts the last
-test checks against the whole-iteration counts of detector_ops_p0006_bs*.json.
+Those that need the e2e build's prefix skip without it. lab/results/cpu-dev/roi_loss_ops_p0007.json
+holds the count script's run from before any prefix existed here (a STAND-IN interpreter, as it
+says); the last test checks it against the whole-iteration counts of detector_ops_p0006_bs*.json.
 """
 
 from __future__ import annotations
@@ -30,12 +31,14 @@ from pathlib import Path
 
 import pytest
 from support.candidate_patch import released_equals_patched
+from support.gpu_entry import check_tested, mmdet_over_torchvision
 
 from mmstack_lab.ops import patch_ab
 from mmstack_lab.standin.offline import patched_sdist
 
 ROOT = Path(__file__).resolve().parents[1]
-PATCH = ROOT / "recipes" / "mmdet" / "proposed" / "0007-roi-targets-batched.patch"
+PATCH = ROOT / "recipes" / "mmdet" / "patches" / "0007-roi-targets-batched.patch"
+RUN = ROOT / "lab" / "results" / "h100" / "perf-run4"
 CPU = ROOT / "lab" / "results" / "cpu-dev"
 TOUCHED = "mmdet/models/roi_heads/bbox_heads/bbox_head.py"
 
@@ -265,16 +268,27 @@ print(json.dumps(out))
 
 def test_header_says_what_why_status_and_how_to_time_it():
     head = PATCH.read_text().split("\n---\n", 1)[0]
-    for key in ("What:", "Why:", "Status: proposed", "Upstream:", "patch_ab: --package mmdet --ops \"\" --detector 2,8"):
+    for key in ("What:", "Why:", "Status: in the recipe after its GPU run", "Upstream:",
+                "patch_ab: --package mmdet --ops \"\" --detector 2,8"):
         assert key in head, key
     assert patch_ab.header_args(PATCH) == ["--package", "mmdet", "--ops", "", "--detector", "2,8"]
-    for recipe in ("recipe.yaml", "meta.yaml"):  # a candidate is not in the recipe yet
-        assert PATCH.name not in (ROOT / "recipes" / "mmdet" / recipe).read_text()
+
+
+def test_0007_entered_after_the_gpu_run_of_this_very_diff():
+    """perf-run4 seeded the CPU-built mmdet with 0007 (and candidate 0008), its whole test section
+    passed on the H100, and patch_ab timed 0007 (0008 on both sides) against the same file: mmdet
+    gained more than the matched torchvision drifted, at batch 2 and 8."""
+    doc = check_tested(RUN, PATCH, package_file="mmdet-3.3.0-mmcv22_pyh8259157_2.conda")
+    for bs in (2, 8):
+        ratio = mmdet_over_torchvision(doc, bs)
+        assert ratio["patched"] > ratio["released"], bs
+        (row,) = [r for r in doc["detector"] if r["batch_size"] == bs]
+        assert row["released"]["mmdet"]["loss_first"] == row["patched"]["mmdet"]["loss_first"]
 
 
 @pytest.mark.skipif(shutil.which("patch") is None, reason="GNU patch is not installed")
-def test_applies_after_the_recipes_patches_without_fuzz(tmp_path):
-    work = patched_sdist("mmdet", tmp_path, extra=(PATCH,))  # patched_sdist applies with --fuzz=0
+def test_applies_in_the_recipes_order_without_fuzz(tmp_path):
+    work = patched_sdist("mmdet", tmp_path)  # the recipe's patches, 0007 last, with --fuzz=0
     text = (work / TOUCHED).read_text()
     compile(text, TOUCHED, "exec")
     # the batched path, taken only for BBoxHead's own rows; the per-image loop kept for the rest
@@ -311,7 +325,6 @@ def test_patched_roi_targets_losses_and_grads_are_released_bit_for_bit(real_mmcv
 @pytest.mark.skipif(shutil.which("patch") is None, reason="GNU patch is not installed")
 def test_one_encode_per_batch_only_for_bbox_heads_own_rows(real_mmcv_python, tmp_path):
     over = patch_ab.overlay(PATCH, tmp_path / "overlay", real_mmcv_python, package="mmdet")
-    assert over.side == "patched"  # the installed mmdet is the recipe's, without the candidate
     sides = patch_ab.each_side(real_mmcv_python, over, PATHS, timeout=300)
     released, patched = sides["released"], sides["patched"]
     n_pos = released["n_pos"]
@@ -349,7 +362,7 @@ def test_committed_roi_loss_counts_are_the_stage_detector_ops_counts():
     counts with the recipe's mmdet (detector_ops_p0006_bs*.json), op for op, so the patched side is what
     that stage becomes."""
     doc = json.loads((CPU / "roi_loss_ops_p0007.json").read_text())
-    assert "STAND-IN" in doc["environment"] and doc["patch"]["file"] == str(PATCH.relative_to(ROOT))
+    assert "STAND-IN" in doc["environment"] and Path(doc["patch"]["file"]).name == PATCH.name  # then in proposed/
     released, patched = doc["sides"]["released"], doc["sides"]["patched"]
     for bs in ("2", "8"):
         stage = json.loads((CPU / f"detector_ops_p0006_bs{bs}.json").read_text())["frameworks"]["mmdet"]["stages"]

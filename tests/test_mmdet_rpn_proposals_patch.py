@@ -4,7 +4,7 @@ and decodes the boxes of every image together, and runs only the per-image post-
 boxes, NMS, max_per_img) image by image, where the inherited method loops over images and levels.
 
 It is a candidate: it enters the recipe only after its GPU run. What the CPU settles is settled here:
-it applies after the recipe's patches and proposed 0007 without fuzz; with the e2e build's real mmdet
+it applies after the recipe's patches (0007 among them) without fuzz; with the e2e build's real mmdet
 and mmcv (an overlay of the installed package, as patch_ab.py makes it) the patched head takes the
 batched path (no per-image call) except for a subclass with its own _predict_by_feat_single, and its
 proposals are the per-image ones: mmstack_lab.detector.rpn_proposal_cases (patch_ab --same
@@ -45,8 +45,8 @@ def test_header_says_what_why_status_and_how_to_time_it():
 
 
 @pytest.mark.skipif(shutil.which("patch") is None, reason="GNU patch is not installed")
-def test_applies_after_the_recipes_patches_and_0007_without_fuzz(tmp_path):
-    work = patched_sdist("mmdet", tmp_path, extra=tuple(sorted(PROPOSED.glob("*.patch"))))  # --fuzz=0
+def test_applies_after_the_recipes_patches_without_fuzz(tmp_path):
+    work = patched_sdist("mmdet", tmp_path, extra=(PATCH,))  # --fuzz=0
     text = (work / TOUCHED).read_text()
     compile(text, TOUCHED, "exec")
     own = text.split("    def predict_by_feat(self,", 1)[1].split("    def _predict_by_feat_single(", 1)[0]

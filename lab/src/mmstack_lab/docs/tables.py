@@ -386,6 +386,8 @@ _PROCESSES = (("H100 (sm_90), mmdet to 0004, mmcv to 0013", "h100/perf-run1/detp
               ("H100 (sm_90), mmdet to 0004, mmcv to 0013", "h100/perf-run1/detprocs_bs16_sm90.json"),
               ("H100 (sm_90), + mmdet 0005-0006, mmcv 0014-0015", "h100/perf-run2/detprocs_bs8_sm90.json"),
               ("H100 (sm_90), + mmdet 0005-0006, mmcv 0014-0015", "h100/perf-run2/detprocs_bs16_sm90.json"),
+              ("H100 (sm_90), + mmdet 0007, proposed 0008", "h100/perf-run4/detprocs_bs8_sm90.json"),
+              ("H100 (sm_90), + mmdet 0007, proposed 0008", "h100/perf-run4/detprocs_bs16_sm90.json"),
               ("dev CPU, 2 cores", "cpu-dev/detprocs_cpu.json"))
 DETECTOR_GOAL = 0.9  # issue 24 item 2: mmdet's it/s >= 0.9x torchvision's at matched settings
 DETECTOR_PARITY = 1.0  # issue 43 item 1: >= 1.0x at batch 8 and 16, the interval above it
@@ -1023,6 +1025,10 @@ VALUES: dict[str, Value] = {
        for bs in (8, 16)},
     **{f"h100-detprocs-bs{bs}": Value(f"h100/perf-run1/detprocs_bs{bs}_sm90.json", compute=_processes_ratio)
        for bs in (8, 16)},
+    **{f"h100-detprocs-p0008-bs{bs}": Value(f"h100/perf-run4/detprocs_bs{bs}_sm90.json", compute=_processes_ratio)
+       for bs in (8, 16)},
+    "h100-detprocs-p0008-pairs": Value("h100/perf-run4/detprocs_bs8_sm90.json", spec="{}",
+                                       compute=lambda d: len(d["processes"]["child_seconds"]) // 2),
     "h200-patchab-0012-upstream": Value(f"h200/recipe-run9/patchab_mmcv-{_P12}.json", compute=_upstream_counts),
     "h200-run9-upstream": Value("h200/recipe-run9/summary.json", compute=lambda d: "{passed} passed, {failed} failed, {skipped} skipped".format(
         **next(t for t in d["builds"]["sm90"]["packages"][0]["test_results"] if t["kind"] == "upstream-tests")["counts"])),
@@ -1056,6 +1062,13 @@ VALUES: dict[str, Value] = {
     "cpu-ops-p0006-waits": Value("cpu-dev/detector_ops_p0006_bs8.json", compute=lambda d: ", ".join(
         "{} to {} ({})".format(_stage(load("cpu-dev/detector_ops_bs8.json"), "mmdet", st)["host_waits"],
                                _stage(d, "mmdet", st)["host_waits"], st) for st in ("rpn.targets", "rpn.loss", "iteration"))),
+    **{f"cpu-ops-p{p}-bs{bs}": Value(f"cpu-dev/detector_ops_p{p}_bs{bs}.json", compute=lambda d: "{:,}".format(
+        _stage(d, "mmdet", "iteration")["ops"])) for p in ("0006", "0007", "0008") for bs in (2, 8)},
+    "cpu-ops-torchvision-bs8": Value("cpu-dev/detector_ops_bs8.json", compute=lambda d: "{:,}".format(
+        _stage(d, "torchvision", "iteration")["ops"])),
+    **{f"cpu-ops-p0008-proposals-bs{bs}": Value(f"cpu-dev/detector_ops_p0008_bs{bs}.json", compute=lambda d, bs=bs: "{:,} to {:,}".format(
+        _stage(load(f"cpu-dev/detector_ops_p0007_bs{bs}.json"), "mmdet", "rpn.proposals")["ops"],
+        _stage(d, "mmdet", "rpn.proposals")["ops"])) for bs in (2, 8)},
     "h200-detector-ratio-range": Value(f"{_R6}/detector_bs2_sm90.json", compute=lambda _d: _stage_ratio_range(_R6)),
     "h200-r5-detector-ratio-range": Value(f"{_R5}/detector_bs2_sm90.json", compute=lambda _d: _stage_ratio_range(_R5)),
     "h200-r5-profile-busy-ms": Value(f"{_R5}/profile_sm90.json", spec="{:.1f}",
