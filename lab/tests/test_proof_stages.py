@@ -242,3 +242,33 @@ def test_recipe_run13_tested_the_cpu_built_sm90_package_and_built_one_itself_on_
     assert made["before"] == gpu_time.before(run) and made["after"] == gpu_time.after(run)
     pair = made["like_for_like"]["packages"]["sm90"]
     assert pair["after"] < pair["before"] / 2 and made["like_for_like"]["after_over_before"] < 0.5
+
+
+def test_detprocs_batches_are_checked_on_the_command_line(tmp_path):
+    assert driver._batches("8, 16") == (8, 16) and driver._batches("2") == (2,)
+    proc = subprocess.run([sys.executable, "-m", "mmstack_lab.proof.run", "--detprocs", "8 x", "--res",
+                           str(tmp_path / "res"), "--work", str(tmp_path / "w")], capture_output=True, text=True)
+    assert proc.returncode == 2 and "argument --detprocs: '8 x': give positive batch sizes" in proc.stderr
+    assert not (tmp_path / "res").exists()
+
+
+def test_detprocs_runs_the_runs_batches_and_pairs(tmp_path, monkeypatch):
+    """perf-run4 asked for batch 8 and 16 with 6 pairs: the stage times those, in that order."""
+    from mmstack_lab.proof import stages
+
+    calls = []
+    monkeypatch.setattr(stages, "_lab", lambda r, name, module, *args, timeout=300: calls.append((name, args, timeout)) or 0)
+    r = Run(root=ROOT, carry=tmp_path, res=tmp_path / "res", work=tmp_path / "w", detprocs_batches=(8, 16), detprocs_pairs=6)
+    assert stages._detprocs(r) == 0
+    assert [c[0] for c in calls] == ["detprocs_bs8_sm90", "detprocs_bs16_sm90"]
+    assert all(c[1][c[1].index("--processes") + 1] == "6" and c[2] == 6 * 60 + 60 for c in calls)
+
+
+def test_test_only_names_a_package_the_channel_lacks_fails_the_stage(tmp_path):
+    from mmstack_lab.proof.stages import _test
+
+    r = _run(tmp_path)
+    r.res.mkdir()
+    r.test_only = ("mmdet",)
+    assert _test(r) == 1
+    assert "test: no package of ours named mmdet in the channel" in (r.res / "STATUS").read_text()
