@@ -30,7 +30,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from support.candidate_patch import released_equals_patched
+from support.candidate_patch import DIGEST, released_equals_patched
 from support.gpu_entry import check_tested, mmdet_over_torchvision
 
 from mmstack_lab.ops import patch_ab
@@ -44,7 +44,7 @@ TOUCHED = "mmdet/models/roi_heads/bbox_heads/bbox_head.py"
 
 # What both scripts share: sampling results for a batch, real (MaxIoUAssigner + RandomSampler as
 # Faster R-CNN's RoI head configures them) or hand-built, image by image.
-COMMON = r"""
+COMMON = DIGEST + r"""
 import hashlib, json, torch
 from mmengine.config import ConfigDict
 from mmengine.structures import InstanceData
@@ -54,16 +54,6 @@ from mmdet.models.task_modules.samplers import RandomSampler, SamplingResult
 from mmdet.structures.bbox import HorizontalBoxes, bbox2roi
 
 NUM_CLASSES = 5
-
-def digest(x):
-    if isinstance(x, torch.Tensor):
-        t = x.detach().contiguous().cpu()
-        return [str(t.dtype), list(t.shape), hashlib.sha256(t.numpy().tobytes()).hexdigest()[:16]]
-    if isinstance(x, (list, tuple)):
-        return [digest(v) for v in x]
-    if isinstance(x, dict):
-        return {k: digest(v) for k, v in sorted(x.items())}
-    return x
 
 def boxes(g, n, size=200.0):
     xy = torch.rand(n, 2, generator=g) * size * 0.8

@@ -24,7 +24,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from support.candidate_patch import released_equals_patched
+from support.candidate_patch import DIGEST, released_equals_patched
 from support.gpu_entry import check_tested, mmdet_over_torchvision
 
 from mmstack_lab.ops import patch_ab
@@ -44,7 +44,7 @@ TOUCHED = ("mmdet/models/dense_heads/anchor_head.py", "mmdet/models/losses/cross
 # Per side: digests (dtype, shape, sha256 of the bytes) of what the RPN's get_targets and
 # loss_by_feat return and of the gradients, for a seeded RNG; of what the samplers sample; of the
 # binary cross entropy and its gradient. Equal digests: equal bit for bit.
-TARGETS = r"""
+TARGETS = DIGEST + r"""
 import hashlib, json, torch
 from mmengine.config import ConfigDict
 from mmengine.structures import InstanceData
@@ -52,16 +52,6 @@ from mmdet.models.dense_heads import RPNHead
 from mmdet.models.losses.cross_entropy_loss import binary_cross_entropy
 from mmdet.models.task_modules.assigners import AssignResult
 from mmdet.models.task_modules.samplers import (IoUBalancedNegSampler, PseudoSampler, RandomSampler)
-
-def digest(x):
-    if isinstance(x, torch.Tensor):
-        t = x.detach().contiguous().cpu()
-        return [str(t.dtype), list(t.shape), hashlib.sha256(t.numpy().tobytes()).hexdigest()[:16]]
-    if isinstance(x, (list, tuple)):
-        return [digest(v) for v in x]
-    if isinstance(x, dict):
-        return {k: digest(v) for k, v in sorted(x.items())}
-    return x
 
 def rpn(allowed_border, pos_weight):
     train_cfg = ConfigDict(

@@ -9,6 +9,23 @@ from pathlib import Path
 
 from mmstack_lab.ops import patch_ab
 
+# The comparison scripts' digest (dtype, shape, sha256 of the bytes) of tensors, lists and dicts of
+# them: equal digests, equal bit for bit. A script starts with it: `SCRIPT = DIGEST + r"""..."""`.
+DIGEST = r"""
+import hashlib
+import torch
+
+def digest(x):
+    if isinstance(x, torch.Tensor):
+        t = x.detach().contiguous().cpu()
+        return [str(t.dtype), list(t.shape), hashlib.sha256(t.numpy().tobytes()).hexdigest()[:16]]
+    if isinstance(x, (list, tuple)):
+        return [digest(v) for v in x]
+    if isinstance(x, dict):
+        return {k: digest(v) for k, v in sorted(x.items())}
+    return x
+"""
+
 
 def released_equals_patched(patch: Path, python: str, script: str, dest: Path, *, package: str = "mmdet") -> dict:
     """Run `script` (printing a JSON object of lists of case results) released and patched; assert
