@@ -69,6 +69,7 @@ def test_patched_proposals_are_the_per_image_ones(real_mmcv_python, tmp_path):
     assert rel["settings"] == pat["settings"] == {s: CASES // len(rpn_proposal_cases.SETTINGS)
                                                   for s in rpn_proposal_cases.SETTINGS}
     assert rel["ties"] >= 10 and rel["clipped_per_image"] >= 20 and rel["images"] > 2 * CASES
+    assert rel["errors"] == pat["errors"] == 0 and rel["amp"] == 0  # float16 under autocast: CUDA cases only
     # released: image by image, which is its own per-image reference in every case
     assert rel["per_image_calls"] == rel["images"] and rel["equals_per_image"] == CASES
     # patched: no per-image call, the same boxes and labels everywhere, scores at most a last bit apart

@@ -9,9 +9,10 @@ imports, as the two-stage detectors call it for their proposals (training: nms_p
 1000). A case varies: the batch (1-8 images), the padded size and each image's img_shape inside it
 (so the border clip differs per image), the config (train, test, a small nms_pre, none, min_bbox_size,
 max_per_img 5, NMS IoU 0.3, rescale), the coder (clip_border off, add_ctr_clamp), scores with ties
-(few distinct logits) and large deltas, in float32 (mmcv's CUDA nms takes float32 boxes only: with
-float16 the released head raises "expected scalar type Float but found Half", lab/results/h100/perf-run4).
-Per case it records the proposals of every image (bboxes, scores, labels: dtype, shape, bytes) and hashes them: two
+(few distinct logits) and large deltas, and on CUDA float16 inputs under torch.autocast (what AMP
+training feeds it; plain float16 without autocast makes the released head raise in mmcv's CUDA nms,
+"expected scalar type Float but found Half", lab/results/h100/perf-run4). An exception is part of
+the result: both sides must raise the same. Per case it records the proposals of every image (bboxes, scores, labels: dtype, shape, bytes) and hashes them: two
 interpreters returned the same for every case exactly when their digests are equal (patch_ab.py --same
 rpn_proposals compares released and patched).
 
@@ -26,6 +27,7 @@ that overrides _predict_by_feat_single (a batched predict_by_feat must leave tha
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import hashlib
 import json
@@ -60,8 +62,9 @@ def draw(i: int, seed: int, device: str) -> dict:
     cls = [torch.randint(-3, 3, (n_imgs, 3, h, w), generator=g).float() if ties else torch.randn(n_imgs, 3, h, w, generator=g) * 2
            for h, w in sizes]
     reg = [torch.randn(n_imgs, 12, h, w, generator=g) * spread for h, w in sizes]
+    amp = pick([False, False, True]) if device == "cuda" else False
     return {"i": i, "setting": setting, "n_imgs": n_imgs, "pad": pad, "shapes": shapes, "ties": ties, "spread": spread,
-            "dtype": "float32", "cls": cls, "reg": reg}
+            "amp": amp, "dtype": "float16" if amp else "float32", "cls": cls, "reg": reg}
 
 
 def _cfg(setting: str):
@@ -123,10 +126,20 @@ def run_case(case: dict, device: str, own_single: bool = False) -> dict:
     reg = [t.to(device, dtype) for t in case["reg"]]
     metas = [{"img_shape": s, "pad_shape": case["pad"], "scale_factor": (1.5, 1.25)} for s in case["shapes"]]
     kw = {"batch_img_metas": metas, "cfg": _cfg(case["setting"]), "rescale": case["setting"] == "rescale"}
-    with torch.no_grad():
-        got = head.predict_by_feat(cls, reg, **kw)
-        n_calls = len(calls)
-        ref = BaseDenseHead.predict_by_feat(head, cls, reg, **kw)
+    def call(fn):
+        try:
+            with torch.no_grad(), (torch.autocast("cuda", dtype=torch.float16) if case["amp"] else contextlib.nullcontext()):
+                return fn(), None
+        except Exception as exc:  # noqa: BLE001 - the same exception on both sides is part of the contract
+            return None, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+
+    got, error = call(lambda: head.predict_by_feat(cls, reg, **kw))
+    n_calls = len(calls)
+    ref, ref_error = call(lambda: BaseDenseHead.predict_by_feat(head, cls, reg, **kw))
+    if error or ref_error:
+        return {"proposals": [{"error": error}], "kept": [], "keys": [], "per_image_calls": n_calls,
+                "equals_per_image": error == ref_error, "boxes_equal_per_image": error == ref_error, "score_ulps": 0,
+                "error": error}
     out = [{k: _bytes(getattr(r, k)) for k in ("bboxes", "scores", "labels")} for r in got]
     same_boxes = all(torch.equal(a.bboxes, b.bboxes) and torch.equal(a.labels, b.labels) for a, b in zip(got, ref, strict=True))
     ulps = max((_ulps(a.scores, b.scores) for a, b in zip(got, ref, strict=True) if a.scores.shape == b.scores.shape),
@@ -134,7 +147,7 @@ def run_case(case: dict, device: str, own_single: bool = False) -> dict:
     return {"proposals": out, "kept": [len(r) for r in got], "keys": [sorted(r.keys()) for r in got],
             "per_image_calls": n_calls, "equals_per_image": same_boxes and ulps == 0 and
             all(a.scores.shape == b.scores.shape for a, b in zip(got, ref, strict=True)),
-            "boxes_equal_per_image": same_boxes, "score_ulps": ulps}
+            "boxes_equal_per_image": same_boxes, "score_ulps": ulps, "error": None}
 
 
 def digest(records: list) -> str:
@@ -147,7 +160,7 @@ def check(device: str, cases: int, seed: int) -> dict:
 
     records = []
     summary = {"images": 0, "per_image_calls": 0, "equals_per_image": 0, "boxes_equal_per_image": 0, "max_score_ulps": 0,
-               "ties": 0, "clipped_per_image": 0, "settings": {}}
+               "ties": 0, "amp": 0, "errors": 0, "clipped_per_image": 0, "settings": {}}
     for i in range(cases):
         case = draw(i, seed, device)
         rec = run_case(case, device)
@@ -158,6 +171,8 @@ def check(device: str, cases: int, seed: int) -> dict:
         summary["boxes_equal_per_image"] += rec["boxes_equal_per_image"]
         summary["max_score_ulps"] = max(summary["max_score_ulps"], rec["score_ulps"])
         summary["ties"] += case["ties"]
+        summary["amp"] += case["amp"]
+        summary["errors"] += rec["error"] is not None
         summary["clipped_per_image"] += len(set(case["shapes"])) > 1
         summary["settings"][case["setting"]] = summary["settings"].get(case["setting"], 0) + 1
     own = run_case(draw(0, seed, device), device, own_single=True)
