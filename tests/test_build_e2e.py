@@ -70,7 +70,8 @@ def bootstrap_channel() -> Path:
 
 
 def _inputs_key(boot: Path) -> str:
-    """Everything the built channel depends on: recipes, patches, build.sh, matrix, mmstack."""
+    """Everything the built channel depends on: recipes, their patches, build.sh, matrix, mmstack
+    (not recipes/*/proposed/: the recipes list none of those candidates)."""
     h = hashlib.sha256(boot.name.encode())
     files = [CONFIG, ROOT / "pyproject.toml", *sorted((ROOT / "recipes" / "mmcv").rglob("*")),
              *sorted((ROOT / "recipes" / "mmdet").rglob("*")), *sorted((ROOT / "recipes" / "mmengine").rglob("*")),
@@ -79,7 +80,8 @@ def _inputs_key(boot: Path) -> str:
              *sorted((ROOT / "src" / "mmstack" / "ci" / "templates").rglob("*")), Path(build.__file__), Path(channel.__file__),
              *sorted((ROOT / "scripts").glob("*.sh")), ci_steps.WORKFLOW, Path(ci_steps.__file__)]
     for f in files:
-        if f.is_file() and "__pycache__" not in f.parts:
+        # recipes/*/proposed/ holds candidate patches no recipe lists: they change no built package
+        if f.is_file() and "__pycache__" not in f.parts and "proposed" not in f.relative_to(ROOT).parts[:3]:
             h.update(f.relative_to(ROOT).as_posix().encode() + b"\0" + f.read_bytes())
     return h.hexdigest()[:12]
 
