@@ -70,10 +70,11 @@ def draw(i: int, seed: int, device: str) -> dict:
 def _cfg(setting: str):
     from mmengine.config import ConfigDict
 
-    cfg = copy.deepcopy(TEST if setting == "test" else TRAIN)
-    cfg.update({"small_nms_pre": {"nms_pre": 50, "max_per_img": 40}, "no_nms_pre": {"nms_pre": -1, "max_per_img": 300},
+    cfg: dict[str, object] = copy.deepcopy(TEST if setting == "test" else TRAIN)
+    overrides: dict[str, dict[str, object]] = {"small_nms_pre": {"nms_pre": 50, "max_per_img": 40}, "no_nms_pre": {"nms_pre": -1, "max_per_img": 300},
                 "min_bbox_size": {"min_bbox_size": 12.0}, "max_per_img_5": {"max_per_img": 5},
-                "nms_iou_0.3": {"nms": {"type": "nms", "iou_threshold": 0.3}}}.get(setting, {}))
+                "nms_iou_0.3": {"nms": {"type": "nms", "iou_threshold": 0.3}}}
+    cfg.update(overrides.get(setting, {}))
     return ConfigDict(cfg)
 
 
@@ -159,22 +160,25 @@ def check(device: str, cases: int, seed: int) -> dict:
     import torch
 
     records = []
-    summary = {"images": 0, "per_image_calls": 0, "equals_per_image": 0, "boxes_equal_per_image": 0, "max_score_ulps": 0,
-               "ties": 0, "amp": 0, "errors": 0, "clipped_per_image": 0, "settings": {}}
+    settings: dict[str, int] = {}
+    summary: dict[str, object] = {"settings": settings}
+    counts = {"images": 0, "per_image_calls": 0, "equals_per_image": 0, "boxes_equal_per_image": 0, "max_score_ulps": 0,
+               "ties": 0, "amp": 0, "errors": 0, "clipped_per_image": 0}
     for i in range(cases):
         case = draw(i, seed, device)
         rec = run_case(case, device)
         records.append(digest([rec["proposals"], rec["kept"], rec["keys"]]))
-        summary["images"] += case["n_imgs"]
-        summary["per_image_calls"] += rec["per_image_calls"]
-        summary["equals_per_image"] += rec["equals_per_image"]
-        summary["boxes_equal_per_image"] += rec["boxes_equal_per_image"]
-        summary["max_score_ulps"] = max(summary["max_score_ulps"], rec["score_ulps"])
-        summary["ties"] += case["ties"]
-        summary["amp"] += case["amp"]
-        summary["errors"] += rec["error"] is not None
-        summary["clipped_per_image"] += len(set(case["shapes"])) > 1
-        summary["settings"][case["setting"]] = summary["settings"].get(case["setting"], 0) + 1
+        counts["images"] += case["n_imgs"]
+        counts["per_image_calls"] += rec["per_image_calls"]
+        counts["equals_per_image"] += rec["equals_per_image"]
+        counts["boxes_equal_per_image"] += rec["boxes_equal_per_image"]
+        counts["max_score_ulps"] = max(counts["max_score_ulps"], rec["score_ulps"])
+        counts["ties"] += case["ties"]
+        counts["amp"] += case["amp"]
+        counts["errors"] += rec["error"] is not None
+        counts["clipped_per_image"] += len(set(case["shapes"])) > 1
+        settings[case["setting"]] = settings.get(case["setting"], 0) + 1
+    summary.update(counts)
     own = run_case(draw(0, seed, device), device, own_single=True)
     summary["subclass_per_image_calls"] = own["per_image_calls"]
     summary["subclass_images"] = draw(0, seed, device)["n_imgs"]

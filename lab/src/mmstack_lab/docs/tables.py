@@ -441,6 +441,17 @@ def _vs_torchvision(d: Doc, batch: int) -> str:
     return f"{ratio[0]:.3f}× to {ratio[1]:.3f}×"
 
 
+def _iteration_ops(framework: str, d: Doc) -> str:
+    """detector_ops: the ops one training iteration of `framework` dispatches."""
+    return "{:,}".format(_stage(d, framework, "iteration")["ops"])
+
+
+def _proposals_ops_0008(bs: int, d: Doc) -> str:
+    """rpn.proposals' ops with 0007 (detector_ops_p0007) and with 0007 and 0008 (d), at batch `bs`."""
+    before = _stage(load(f"cpu-dev/detector_ops_p0007_bs{bs}.json"), "mmdet", "rpn.proposals")["ops"]
+    return f"{before:,} to {_stage(d, 'mmdet', 'rpn.proposals')['ops']:,}"
+
+
 def _processes_ratio(d: Doc) -> str:
     """A --processes run's median pair ratio with its 95% interval, as prose."""
     p = d["processes"]
@@ -1062,13 +1073,11 @@ VALUES: dict[str, Value] = {
     "cpu-ops-p0006-waits": Value("cpu-dev/detector_ops_p0006_bs8.json", compute=lambda d: ", ".join(
         "{} to {} ({})".format(_stage(load("cpu-dev/detector_ops_bs8.json"), "mmdet", st)["host_waits"],
                                _stage(d, "mmdet", st)["host_waits"], st) for st in ("rpn.targets", "rpn.loss", "iteration"))),
-    **{f"cpu-ops-p{p}-bs{bs}": Value(f"cpu-dev/detector_ops_p{p}_bs{bs}.json", compute=lambda d: "{:,}".format(
-        _stage(d, "mmdet", "iteration")["ops"])) for p in ("0006", "0007", "0008") for bs in (2, 8)},
-    "cpu-ops-torchvision-bs8": Value("cpu-dev/detector_ops_bs8.json", compute=lambda d: "{:,}".format(
-        _stage(d, "torchvision", "iteration")["ops"])),
-    **{f"cpu-ops-p0008-proposals-bs{bs}": Value(f"cpu-dev/detector_ops_p0008_bs{bs}.json", compute=lambda d, bs=bs: "{:,} to {:,}".format(
-        _stage(load(f"cpu-dev/detector_ops_p0007_bs{bs}.json"), "mmdet", "rpn.proposals")["ops"],
-        _stage(d, "mmdet", "rpn.proposals")["ops"])) for bs in (2, 8)},
+    **{f"cpu-ops-p{p}-bs{bs}": Value(f"cpu-dev/detector_ops_p{p}_bs{bs}.json", compute=partial(_iteration_ops, "mmdet"))
+       for p in ("0006", "0007", "0008") for bs in (2, 8)},
+    "cpu-ops-torchvision-bs8": Value("cpu-dev/detector_ops_bs8.json", compute=partial(_iteration_ops, "torchvision")),
+    **{f"cpu-ops-p0008-proposals-bs{bs}": Value(f"cpu-dev/detector_ops_p0008_bs{bs}.json", compute=partial(_proposals_ops_0008, bs))
+       for bs in (2, 8)},
     "h200-detector-ratio-range": Value(f"{_R6}/detector_bs2_sm90.json", compute=lambda _d: _stage_ratio_range(_R6)),
     "h200-r5-detector-ratio-range": Value(f"{_R5}/detector_bs2_sm90.json", compute=lambda _d: _stage_ratio_range(_R5)),
     "h200-r5-profile-busy-ms": Value(f"{_R5}/profile_sm90.json", spec="{:.1f}",
