@@ -1074,10 +1074,9 @@ VALUES: dict[str, Value] = {
         "{} to {} ({})".format(_stage(load("cpu-dev/detector_ops_bs8.json"), "mmdet", st)["host_waits"],
                                _stage(d, "mmdet", st)["host_waits"], st) for st in ("rpn.targets", "rpn.loss", "iteration"))),
     **{f"cpu-ops-p{p}-bs{bs}": Value(f"cpu-dev/detector_ops_p{p}_bs{bs}.json", compute=partial(_iteration_ops, "mmdet"))
-       for p in ("0006", "0007", "0008") for bs in (2, 8)},
+       for p in ("0006", "0007", "0008") for bs in (8,)},
     "cpu-ops-torchvision-bs8": Value("cpu-dev/detector_ops_bs8.json", compute=partial(_iteration_ops, "torchvision")),
-    **{f"cpu-ops-p0008-proposals-bs{bs}": Value(f"cpu-dev/detector_ops_p0008_bs{bs}.json", compute=partial(_proposals_ops_0008, bs))
-       for bs in (2, 8)},
+    "cpu-ops-p0008-proposals-bs8": Value("cpu-dev/detector_ops_p0008_bs8.json", compute=partial(_proposals_ops_0008, 8)),
     "h200-detector-ratio-range": Value(f"{_R6}/detector_bs2_sm90.json", compute=lambda _d: _stage_ratio_range(_R6)),
     "h200-r5-detector-ratio-range": Value(f"{_R5}/detector_bs2_sm90.json", compute=lambda _d: _stage_ratio_range(_R5)),
     "h200-r5-profile-busy-ms": Value(f"{_R5}/profile_sm90.json", spec="{:.1f}",
