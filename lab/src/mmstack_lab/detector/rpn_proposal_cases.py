@@ -26,12 +26,13 @@ that overrides _predict_by_feat_single (a batched predict_by_feat must leave tha
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import copy
 import hashlib
-import json
 import sys
+
+from mmstack_lab.common import case_digests
+from mmstack_lab.common.case_digests import digest
 
 SETTINGS = ("train", "test", "small_nms_pre", "no_nms_pre", "min_bbox_size", "max_per_img_5", "nms_iou_0.3",
             "rescale", "no_clip", "ctr_clamp")
@@ -151,10 +152,6 @@ def run_case(case: dict, device: str, own_single: bool = False) -> dict:
             "boxes_equal_per_image": same_boxes, "score_ulps": ulps, "error": None}
 
 
-def digest(records: list) -> str:
-    return hashlib.sha256(json.dumps(records, sort_keys=True).encode()).hexdigest()
-
-
 def check(device: str, cases: int, seed: int) -> dict:
     import mmdet
     import torch
@@ -179,9 +176,9 @@ def check(device: str, cases: int, seed: int) -> dict:
         counts["clipped_per_image"] += len(set(case["shapes"])) > 1
         settings[case["setting"]] = settings.get(case["setting"], 0) + 1
     summary.update(counts)
-    own = run_case(draw(0, seed, device), device, own_single=True)
-    summary["subclass_per_image_calls"] = own["per_image_calls"]
-    summary["subclass_images"] = draw(0, seed, device)["n_imgs"]
+    first = draw(0, seed, device)
+    summary["subclass_per_image_calls"] = run_case(first, device, own_single=True)["per_image_calls"]
+    summary["subclass_images"] = first["n_imgs"]
     return {"what": "mmdet's RPNHead.predict_by_feat on random batches: a digest per case, and each case against "
                     "the per-image reference (BaseDenseHead.predict_by_feat) in the same interpreter",
             "device": device, "seed": seed, "cases": cases, "torch": torch.__version__, "mmdet": mmdet.__version__,
@@ -189,21 +186,7 @@ def check(device: str, cases: int, seed: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--device", default="cpu")
-    ap.add_argument("--cases", type=int, default=60)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--json", action="store_true")
-    args = ap.parse_args(argv)
-    if args.cases < 1:
-        print(f"rpn_proposal_cases: --cases {args.cases}: give at least 1", file=sys.stderr)
-        return 2
-    doc = check(args.device, args.cases, args.seed)
-    if args.json:
-        print(json.dumps(doc))
-    else:
-        print(doc["digest"], json.dumps(doc["summary"]))
-    return 0
+    return case_digests.main("rpn_proposal_cases", __doc__.splitlines()[0], check, cases=60, argv=argv)
 
 
 if __name__ == "__main__":

@@ -18,11 +18,12 @@ case exactly when their digests are equal (patch_ab.py --same nms compares relea
 
 from __future__ import annotations
 
-import argparse
 import hashlib
-import json
 import sys
 import warnings
+
+from mmstack_lab.common import case_digests
+from mmstack_lab.common.case_digests import digest
 
 
 def draw(i: int, seed: int) -> dict:
@@ -129,11 +130,6 @@ def run_case(case: dict, device: str) -> dict:
     return rec
 
 
-def digest(records: list[dict] | list[str]) -> str:
-    """sha256 of the records as sorted-key JSON (a case's records, or the list of case digests)."""
-    return hashlib.sha256(json.dumps(records, sort_keys=True).encode()).hexdigest()
-
-
 def check(device: str, cases: int, seed: int) -> dict:
     import mmcv
     import torch
@@ -159,21 +155,7 @@ def check(device: str, cases: int, seed: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--device", default="cpu")
-    ap.add_argument("--cases", type=int, default=1000)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--json", action="store_true")
-    args = ap.parse_args(argv)
-    if args.cases < 1:
-        print(f"nms_cases: --cases {args.cases}: give at least 1", file=sys.stderr)
-        return 2
-    doc = check(args.device, args.cases, args.seed)
-    if args.json:
-        print(json.dumps(doc))
-    else:
-        print(doc["digest"], json.dumps(doc["summary"]))
-    return 0
+    return case_digests.main("nms_cases", __doc__.splitlines()[0], check, cases=1000, argv=argv)
 
 
 if __name__ == "__main__":
