@@ -319,6 +319,7 @@ _P10, _P3 = "0010-roi-align-half-backward-in-float", "0003-randperm-on-the-galle
 _P11 = "0011-deform-conv-half-backward-in-float"
 _P12 = "0012-batched-nms-cuda-one-pass-to-20k"
 _P14, _P5 = "0014-nms-wrapper-fewer-passes", "0005-max-iou-assigner-on-the-device"
+_P08 = "0008-rpn-proposals-batched"
 
 
 def _detector_batches(docs: list[Doc]) -> Body:
@@ -388,6 +389,8 @@ _PROCESSES = (("H100 (sm_90), mmdet to 0004, mmcv to 0013", "h100/perf-run1/detp
               ("H100 (sm_90), + mmdet 0005-0006, mmcv 0014-0015", "h100/perf-run2/detprocs_bs16_sm90.json"),
               ("H100 (sm_90), + mmdet 0007, proposed 0008", "h100/perf-run4/detprocs_bs8_sm90.json"),
               ("H100 (sm_90), + mmdet 0007, proposed 0008", "h100/perf-run4/detprocs_bs16_sm90.json"),
+              ("H100 (sm_90), mmdet build 3 (0001-0007), a slower host", "h100/perf-run5/detprocs_bs8_sm90.json"),
+              ("H100 (sm_90), mmdet build 3 (0001-0007), a slower host", "h100/perf-run5/detprocs_bs16_sm90.json"),
               ("dev CPU, 2 cores", "cpu-dev/detprocs_cpu.json"))
 DETECTOR_GOAL = 0.9  # issue 24 item 2: mmdet's it/s >= 0.9x torchvision's at matched settings
 DETECTOR_PARITY = 1.0  # issue 43 item 1: >= 1.0x at batch 8 and 16, the interval above it
@@ -450,6 +453,19 @@ def _proposals_ops_0008(bs: int, d: Doc) -> str:
     """rpn.proposals' ops with 0007 (detector_ops_p0007) and with 0007 and 0008 (d), at batch `bs`."""
     before = _stage(load(f"cpu-dev/detector_ops_p0007_bs{bs}.json"), "mmdet", "rpn.proposals")["ops"]
     return f"{before:,} to {_stage(d, 'mmdet', 'rpn.proposals')['ops']:,}"
+
+
+def _torchvision_rate(d: Doc) -> float:
+    """A --processes run's matched torchvision, iterations per second (how fast the host drives it)."""
+    return float(d["processes"]["sides"]["torchvision-matched"]["iters_per_s"])
+
+
+def _same_rpn_proposals(d: Doc) -> str:
+    """patch_ab --same rpn_proposals: how many cases (and images) came out the same on both sides."""
+    same = d["same"]["rpn_proposals"]
+    images = same["summary"]["released"]["images"]
+    n = same["cases"] - same["n_differing"]
+    return f"{n} of {same['cases']} cases ({images:,} images)"
 
 
 def _processes_ratio(d: Doc) -> str:
@@ -1040,6 +1056,14 @@ VALUES: dict[str, Value] = {
        for bs in (8, 16)},
     "h100-detprocs-p0008-pairs": Value("h100/perf-run4/detprocs_bs8_sm90.json", spec="{}",
                                        compute=lambda d: len(d["processes"]["child_seconds"]) // 2),
+    **{f"h100-detprocs-build3-bs{bs}": Value(f"h100/perf-run5/detprocs_bs{bs}_sm90.json", compute=_processes_ratio)
+       for bs in (8, 16)},
+    # how fast each host drove the matched torchvision at batch 8 (the ratio follows the host)
+    "h100-detprocs-build3-torchvision-bs8": Value("h100/perf-run5/detprocs_bs8_sm90.json", spec="{:.2f}",
+                                                  compute=_torchvision_rate),
+    **{f"h100-detprocs-run{run}-torchvision-bs8": Value(f"h100/perf-run{run}/detprocs_bs8_sm90.json", spec="{:.2f}",
+                                                       compute=_torchvision_rate) for run in (2, 4)},
+    "h100-patchab-0008-same": Value(f"h100/perf-run5/patchab_mmdet-{_P08}.json", spec="{}", compute=_same_rpn_proposals),
     "h200-patchab-0012-upstream": Value(f"h200/recipe-run9/patchab_mmcv-{_P12}.json", compute=_upstream_counts),
     "h200-run9-upstream": Value("h200/recipe-run9/summary.json", compute=lambda d: "{passed} passed, {failed} failed, {skipped} skipped".format(
         **next(t for t in d["builds"]["sm90"]["packages"][0]["test_results"] if t["kind"] == "upstream-tests")["counts"])),
