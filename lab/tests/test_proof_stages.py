@@ -272,3 +272,19 @@ def test_test_only_names_a_package_the_channel_lacks_fails_the_stage(tmp_path):
     r.test_only = ("mmdet",)
     assert _test(r) == 1
     assert "test: no package of ours named mmdet in the channel" in (r.res / "STATUS").read_text()
+
+
+def test_patchab_only_runs_the_named_candidates(tmp_path, monkeypatch):
+    """perf-run6 timed proposed mmdet 0009 alone (`--patchab-only mmdet-0009`); without the option every
+    candidate with a patch_ab: line runs."""
+    from mmstack_lab.proof import stages
+
+    calls = []
+    monkeypatch.setattr(stages, "_lab", lambda r, name, module, *args, timeout=300: calls.append(name) or 0)
+    r = Run(root=ROOT, carry=tmp_path, res=tmp_path / "res", work=tmp_path / "w", patchab_only=("mmdet-0009",))
+    assert stages._patchab(r) == 0
+    assert calls == ["patchab_mmdet-0009-anchor-targets-batched"]
+    calls.clear()
+    r.patchab_only = ()
+    assert stages._patchab(r) == 0
+    assert {"patchab_mmdet-0008-rpn-proposals-batched", "patchab_mmdet-0009-anchor-targets-batched"} <= set(calls)

@@ -192,7 +192,8 @@ def grads(python: str, over: Overlay, device: str, ops: list[str]) -> dict:
 
 
 SAME = {"nms": "mmstack_lab.ops.nms_cases",  # --same: what has a case-by-case digest module
-        "rpn_proposals": "mmstack_lab.detector.rpn_proposal_cases"}
+        "rpn_proposals": "mmstack_lab.detector.rpn_proposal_cases",
+        "rpn_targets": "mmstack_lab.detector.rpn_target_cases"}
 
 
 def same(python: str, over: Overlay, device: str, ops: list[str], cases: int) -> dict:

@@ -41,6 +41,7 @@ class Run:
     detprocs_batches: tuple[int, ...] = (8, 16, 2)  # the detprocs stage's batch sizes, in this order
     detprocs_pairs: int = 10  # ABBA pairs of child processes per batch size
     test_only: tuple[str, ...] = ()  # the test stage tests these packages (by name) only; () = all of ours
+    patchab_only: tuple[str, ...] = ()  # the patchab stage runs these candidates (e.g. mmdet-0009) only; () = all
     out: Path | None = None  # the device call's $OUT: results handed back at every stage boundary
     facts: dict = field(default_factory=dict)  # python, torch, cuda, gcc of this machine
 

@@ -188,6 +188,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pairs", type=int, default=10, help="the detprocs stage's ABBA process pairs per batch size")
     ap.add_argument("--test-only", default="", metavar="NAMES",
                     help="the test stage tests these of our packages only, e.g. 'mmdet' (default: every one)")
+    ap.add_argument("--patchab-only", default="", metavar="NAMES",
+                    help="the patchab stage runs these candidates only, by package and number, e.g. 'mmdet-0009' "
+                    "(default: every one with a patch_ab: line)")
     ap.add_argument("--rehearse", action="store_true",
                     help="run GPU stages on a machine without one (plumbing only; results say REHEARSAL)")
     ap.add_argument("--packages-to", type=Path, help="copy our built packages here at the end (e.g. .carry/packages)")
@@ -200,6 +203,7 @@ def main(argv: list[str] | None = None) -> int:
             test=not (args.no_test or where == "cpu"), proposed=args.proposed, ptx_arch=args.ptx_arch,
             detprocs_batches=args.detprocs, detprocs_pairs=args.pairs,
             test_only=tuple(args.test_only.replace(",", " ").split()),
+            patchab_only=tuple(args.patchab_only.replace(",", " ").split()),
             out=None if (args.start or args.collect) else out)
     if args.collect is not None:
         r.out = out

@@ -1,0 +1,124 @@
+"""Issue 43 item 1: proposed mmdet patch 0009 (recipes/mmdet/proposed/) makes AnchorHead's targets (the
+RPN's, and RetinaNet-like heads') for the whole batch at once: one assignment for a group of images
+(ground truth padded, the anchors shared), each image sampled as before, one encode of the batch's
+positives and one indexed write per target, where the released code calls _get_targets_single per
+image (about 90 ops an image at batch 8).
+
+It is a candidate: it enters the recipe only after its GPU run. What the CPU settles is settled here:
+it applies after the recipe's patches without fuzz, with and without proposed 0008; with the e2e
+build's real mmdet and mmcv (an overlay of the installed package, as patch_ab.py makes it) the
+patched head takes the batched path in every setting that allows it and the per-image path in the
+two that do not, and its targets, sampling results, losses, gradients and random draws are the
+released ones bit for bit: mmstack_lab.detector.rpn_target_cases (patch_ab --same rpn_targets, the
+comparison the GPU's patchab stage repeats on CUDA) over seeded batches of 1-8 images. detector_ops'
+committed counts with it show the ops it removes and no other stage changed.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from mmstack_lab.detector import rpn_target_cases
+from mmstack_lab.ops import patch_ab
+from mmstack_lab.standin.offline import patched_sdist
+
+ROOT = Path(__file__).resolve().parents[1]
+PROPOSED = ROOT / "recipes" / "mmdet" / "proposed"
+PATCH = PROPOSED / "0009-anchor-targets-batched.patch"
+P0008 = PROPOSED / "0008-rpn-proposals-batched.patch"
+CPU = ROOT / "lab" / "results" / "cpu-dev"
+TOUCHED = "mmdet/models/dense_heads/anchor_head.py"
+CASES = 30  # here; the GPU's patchab stage runs the header's 60
+# the settings whose configuration the batched path does not take (the per-image code runs there)
+PER_IMAGE = {"assign_one"}  # gt_max_assign_all off; "ignore" where a case has ignored boxes
+
+
+def test_header_says_what_why_status_and_how_to_time_it():
+    head = PATCH.read_text().split("\n---\n", 1)[0]
+    for key in ("What:", "Why:", "Status: proposed", "Upstream:", "after recipes/mmdet/patches/*"):
+        assert key in head, key
+    assert patch_ab.header_args(PATCH) == ["--package", "mmdet", "--ops", "", "--detector", "2,8",
+                                           "--same", "rpn_targets", "--cases", "60"]
+    assert patch_ab.SAME["rpn_targets"] == rpn_target_cases.__name__
+    for recipe in ("recipe.yaml", "meta.yaml"):  # a candidate is not in the recipe yet
+        assert PATCH.name not in (ROOT / "recipes" / "mmdet" / recipe).read_text()
+
+
+@pytest.mark.skipif(shutil.which("patch") is None, reason="GNU patch is not installed")
+@pytest.mark.parametrize("extra", [(), (P0008,)], ids=["alone", "after-0008"])
+def test_applies_after_the_recipes_patches_without_fuzz(tmp_path, extra):
+    work = patched_sdist("mmdet", tmp_path, extra=(*extra, PATCH))  # --fuzz=0
+    text = (work / TOUCHED).read_text()
+    compile(text, TOUCHED, "exec")
+    targets = text.split("    def get_targets(self,", 1)[1].split("    def loss_by_feat_single(", 1)[0]
+    # the batched path first, only where it applies; the per-image loop after it, as released
+    assert targets.index("self._batched_targets_apply(") < targets.index("self._get_targets_single,")
+    check = text.split("    def _batched_targets_apply(", 1)[1].split("    def _get_targets_batched(", 1)[0]
+    for condition in ("AnchorHead._get_targets_single", "type(assigner) is not MaxIoUAssigner",
+                      "gt_max_assign_all", "add_gt_as_proposals", "DeltaXYWHBBoxCoder", "gpu_assign_thr",
+                      "ignore_iof_thr"):
+        assert condition in check, condition
+    # the sampler per image, as before: its random draws are the released ones
+    assert "self.sampler.sample(" in text.split("    def _get_targets_batched(", 1)[1]
+
+
+@pytest.mark.skipif(shutil.which("patch") is None, reason="GNU patch is not installed")
+def test_patched_targets_are_the_released_ones_bit_for_bit(real_mmcv_python, tmp_path):
+    over = patch_ab.overlay(PATCH, tmp_path / "overlay", real_mmcv_python, package="mmdet")
+    assert over.side == "patched"  # the installed mmdet is the recipe's, without the candidate
+    result = patch_ab.same(real_mmcv_python, over, "cpu", ["rpn_targets"], CASES)["rpn_targets"]
+    assert "error" not in result, result.get("error")
+    assert result["identical"], result["differing_cases"]
+    rel, pat = result["summary"]["released"], result["summary"]["patched"]
+    # the cases reach what changed: every setting, anchors outside an image's valid region, images
+    # without boxes, positives
+    assert rel["settings"] == pat["settings"] == {s: CASES // len(rpn_target_cases.SETTINGS)
+                                                  for s in rpn_target_cases.SETTINGS}
+    assert rel["own_pad"] >= 5 and rel["images_without_boxes"] >= 5 and rel["positives"] > 500
+    assert rel["errors"] == pat["errors"] <= 3  # an image with no anchor inside raises, on both sides alike
+    # each side equals its own per-image path in the same interpreter (released: it is that path)
+    assert rel["equals_per_image"] == pat["equals_per_image"] == CASES
+    # released: get_targets image by image (twice a case: itself and inside loss_by_feat); patched:
+    # the batched path wherever its configuration allows it
+    assert rel["per_image_calls"] > 2 * CASES
+    by = pat["per_image_calls_by_setting"]
+    for setting in PER_IMAGE:
+        assert by[setting] == rel["per_image_calls_by_setting"][setting] > 0, setting
+    assert by["ignore"] < rel["per_image_calls_by_setting"]["ignore"]  # cases without ignored boxes batch
+    assert all(by[s] == 0 for s in rpn_target_cases.SETTINGS if s not in PER_IMAGE | {"ignore"}), by
+
+
+def test_the_cpu_log_is_the_same_at_any_position():
+    """Why one encode for the batch gives the per-image values on the CPU too: torch.log is one of the
+    CPU's vectorized-library functions, whose remainder goes through the same vector code, so an
+    element's result does not depend on where it sits (unlike sigmoid's, test_mmdet_rpn_proposals_patch)."""
+    import torch
+
+    x = torch.rand(100_000, generator=torch.Generator().manual_seed(0)) * 50 + 1e-3
+    whole = x.log()
+    for offset in range(64):
+        part = x[offset:offset + 1_003].clone().log()
+        assert torch.equal(part.view(torch.int32), whole[offset:offset + 1_003].view(torch.int32)), offset
+
+
+def _mmdet(name: str) -> dict:
+    return json.loads((CPU / name).read_text())["frameworks"]["mmdet"]["stages"]
+
+
+@pytest.mark.parametrize("bs", ["2", "8"])
+def test_counts_with_the_patch_lose_ops_in_the_rpn_targets_only(bs):
+    """detector_ops at 800 px on the CPU with 0008 (detector_ops_p0008_bs*.json) and with 0008 and
+    0009 (detector_ops_p0009_bs*.json)."""
+    doc = json.loads((CPU / f"detector_ops_p0009_bs{bs}.json").read_text())
+    assert "0009-anchor-targets-batched.patch" in doc["environment"] and "0008" in doc["environment"]
+    p8, p9 = _mmdet(f"detector_ops_p0008_bs{bs}.json"), doc["frameworks"]["mmdet"]["stages"]
+    for stage in ("rpn.targets", "rpn.loss", "rpn", "iteration"):
+        assert p9[stage]["ops"] < p8[stage]["ops"], stage
+    # one read of the anchors inside for the batch instead of one per image
+    assert p9["rpn.targets"]["host_waits"] == p8["rpn.targets"]["host_waits"] - int(bs) + 1
+    for stage in ("preprocess", "backbone+neck", "rpn.proposals", "roi.features", "roi.head", "roi.loss"):
+        assert p9[stage] == p8[stage], stage
