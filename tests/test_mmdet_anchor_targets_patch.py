@@ -88,8 +88,18 @@ def test_patched_targets_are_the_released_ones_bit_for_bit(real_mmcv_python, tmp
     by = pat["per_image_calls_by_setting"]
     for setting in PER_IMAGE:
         assert by[setting] == rel["per_image_calls_by_setting"][setting] > 0, setting
-    assert by["ignore"] < rel["per_image_calls_by_setting"]["ignore"]  # cases without ignored boxes batch
-    assert all(by[s] == 0 for s in rpn_target_cases.SETTINGS if s not in PER_IMAGE | {"ignore"}), by
+    # with ignored boxes anywhere in the batch the assigner would use them: per image (a case whose images
+    # drew none batches)
+    assert by["ignore"] <= rel["per_image_calls_by_setting"]["ignore"]
+    # elsewhere only a batch without any box keeps the per-image path (both get_targets calls of the case)
+    boxless: dict[str, int] = {}
+    for i in range(CASES):
+        case = rpn_target_cases.draw(i, 0, "cpu")
+        if all(len(b) == 0 for b in case["gts"]):
+            boxless[case["setting"]] = boxless.get(case["setting"], 0) + 2 * case["n_imgs"]
+    for s in set(rpn_target_cases.SETTINGS) - PER_IMAGE - {"ignore", "border_0"}:
+        assert by[s] == boxless.get(s, 0), (s, by)
+    assert by["border_0"] <= boxless.get("border_0", 0)  # a case that raises stops early
 
 
 def test_the_cpu_log_is_the_same_at_any_position():
@@ -118,7 +128,8 @@ def test_counts_with_the_patch_lose_ops_in_the_rpn_targets_only(bs):
     p8, p9 = _mmdet(f"detector_ops_p0008_bs{bs}.json"), doc["frameworks"]["mmdet"]["stages"]
     for stage in ("rpn.targets", "rpn.loss", "rpn", "iteration"):
         assert p9[stage]["ops"] < p8[stage]["ops"], stage
-    # one read of the anchors inside for the batch instead of one per image
-    assert p9["rpn.targets"]["host_waits"] == p8["rpn.targets"]["host_waits"] - int(bs) + 1
+    # the count of anchors inside read once for the batch instead of once per image (the batch's read,
+    # a tolist, does not pass the dispatcher on the CPU: on CUDA it is a copy, counted)
+    assert p9["rpn.targets"]["host_waits"] == p8["rpn.targets"]["host_waits"] - int(bs)
     for stage in ("preprocess", "backbone+neck", "rpn.proposals", "roi.features", "roi.head", "roi.loss"):
         assert p9[stage] == p8[stage], stage

@@ -81,14 +81,14 @@ def draw(i: int, seed: int, device: str) -> dict:
 def head_of(setting: str, device: str):
     """An AnchorHead (the RPN's configuration, or the setting's change to it), small feature channels,
     counting its per-image _get_targets_single calls."""
-    from mmengine.config import ConfigDict
     from mmdet.models.dense_heads import AnchorHead, RPNHead
+    from mmengine.config import ConfigDict
 
     assigner = {"type": "MaxIoUAssigner", "pos_iou_thr": 0.7, "neg_iou_thr": 0.3, "min_pos_iou": 0.3,
                 "match_low_quality": True, "ignore_iof_thr": -1}
     sampler: dict | None = {"type": "RandomSampler", "num": 256, "pos_fraction": 0.5, "neg_pos_ub": -1,
                             "add_gt_as_proposals": False}
-    cfg = {"allowed_border": -1, "pos_weight": -1, "debug": False}
+    cfg: dict[str, object] = {"allowed_border": -1, "pos_weight": -1, "debug": False}
     loss_bbox = {"type": "L1Loss", "loss_weight": 1.0}
     if setting == "border_0":
         cfg["allowed_border"] = 0
@@ -157,8 +157,8 @@ def _side(head, case: dict, device: str) -> dict:
     import torch
     from mmengine.structures import InstanceData
 
-    metas = [{"img_shape": s, "pad_shape": p, "batch_input_shape": case["pad"]} for s, p in zip(case["shapes"], case["pads"])]
-    insts = [InstanceData(bboxes=b.to(device), labels=lab.to(device)) for b, lab in zip(case["gts"], case["labels"])]
+    metas = [{"img_shape": s, "pad_shape": p, "batch_input_shape": case["pad"]} for s, p in zip(case["shapes"], case["pads"], strict=True)]
+    insts = [InstanceData(bboxes=b.to(device), labels=lab.to(device)) for b, lab in zip(case["gts"], case["labels"], strict=True)]
     ignore = ([InstanceData(bboxes=b.to(device)) for b in case["ignores"]] if case["setting"] == "ignore" else None)
     feats = [tuple(t.shape[-2:]) for t in case["cls"]]
     torch.manual_seed(case["rng_seed"])
@@ -171,7 +171,7 @@ def _side(head, case: dict, device: str) -> dict:
     reg = [t.detach().clone().to(device).requires_grad_() for t in case["reg"]]
     torch.manual_seed(case["rng_seed"])
     losses = head.loss_by_feat(cls, reg, insts, metas, ignore)
-    sum(sum(v) for v in losses.values()).backward()
+    torch.stack([x for v in losses.values() for x in v]).sum().backward()
     return {"targets": digest_tensors(list(targets[:4])), "avg_factor": targets[4],
             "sampling": digest_tensors(sampling), "rng_targets": digest_tensors(rng_targets),
             "losses": digest_tensors(losses), "grads": digest_tensors([t.grad for t in cls + reg]),

@@ -319,7 +319,7 @@ _P10, _P3 = "0010-roi-align-half-backward-in-float", "0003-randperm-on-the-galle
 _P11 = "0011-deform-conv-half-backward-in-float"
 _P12 = "0012-batched-nms-cuda-one-pass-to-20k"
 _P14, _P5 = "0014-nms-wrapper-fewer-passes", "0005-max-iou-assigner-on-the-device"
-_P08 = "0008-rpn-proposals-batched"
+_P08, _P09 = "0008-rpn-proposals-batched", "0009-anchor-targets-batched"
 
 
 def _detector_batches(docs: list[Doc]) -> Body:
@@ -449,6 +449,12 @@ def _iteration_ops(framework: str, d: Doc) -> str:
     return "{:,}".format(_stage(d, framework, "iteration")["ops"])
 
 
+def _targets_ops_0009(bs: int, d: Doc) -> str:
+    """rpn.targets' ops with 0008 (detector_ops_p0008) and with 0008 and 0009 (d), at batch `bs`."""
+    before = _stage(load(f"cpu-dev/detector_ops_p0008_bs{bs}.json"), "mmdet", "rpn.targets")["ops"]
+    return f"{before:,} to {_stage(d, 'mmdet', 'rpn.targets')['ops']:,}"
+
+
 def _proposals_ops_0008(bs: int, d: Doc) -> str:
     """rpn.proposals' ops with 0007 (detector_ops_p0007) and with 0007 and 0008 (d), at batch `bs`."""
     before = _stage(load(f"cpu-dev/detector_ops_p0007_bs{bs}.json"), "mmdet", "rpn.proposals")["ops"]
@@ -460,9 +466,9 @@ def _torchvision_rate(d: Doc) -> float:
     return float(d["processes"]["sides"]["torchvision-matched"]["iters_per_s"])
 
 
-def _same_rpn_proposals(d: Doc) -> str:
-    """patch_ab --same rpn_proposals: how many cases (and images) came out the same on both sides."""
-    same = d["same"]["rpn_proposals"]
+def _same_cases(module: str, d: Doc) -> str:
+    """patch_ab --same MODULE: how many cases (and images) came out the same on both sides."""
+    same = d["same"][module]
     images = same["summary"]["released"]["images"]
     n = same["cases"] - same["n_differing"]
     return f"{n} of {same['cases']} cases ({images:,} images)"
@@ -1063,7 +1069,7 @@ VALUES: dict[str, Value] = {
                                                   compute=_torchvision_rate),
     **{f"h100-detprocs-run{run}-torchvision-bs8": Value(f"h100/perf-run{run}/detprocs_bs8_sm90.json", spec="{:.2f}",
                                                        compute=_torchvision_rate) for run in (2, 4)},
-    "h100-patchab-0008-same": Value(f"h100/perf-run5/patchab_mmdet-{_P08}.json", spec="{}", compute=_same_rpn_proposals),
+    "h100-patchab-0008-same": Value(f"h100/perf-run5/patchab_mmdet-{_P08}.json", spec="{}", compute=partial(_same_cases, "rpn_proposals")),
     "h200-patchab-0012-upstream": Value(f"h200/recipe-run9/patchab_mmcv-{_P12}.json", compute=_upstream_counts),
     "h200-run9-upstream": Value("h200/recipe-run9/summary.json", compute=lambda d: "{passed} passed, {failed} failed, {skipped} skipped".format(
         **next(t for t in d["builds"]["sm90"]["packages"][0]["test_results"] if t["kind"] == "upstream-tests")["counts"])),
@@ -1098,9 +1104,12 @@ VALUES: dict[str, Value] = {
         "{} to {} ({})".format(_stage(load("cpu-dev/detector_ops_bs8.json"), "mmdet", st)["host_waits"],
                                _stage(d, "mmdet", st)["host_waits"], st) for st in ("rpn.targets", "rpn.loss", "iteration"))),
     **{f"cpu-ops-p{p}-bs{bs}": Value(f"cpu-dev/detector_ops_p{p}_bs{bs}.json", compute=partial(_iteration_ops, "mmdet"))
-       for p in ("0006", "0007", "0008") for bs in (8,)},
+       for p in ("0006", "0007", "0008", "0009") for bs in (8,)},
     "cpu-ops-torchvision-bs8": Value("cpu-dev/detector_ops_bs8.json", compute=partial(_iteration_ops, "torchvision")),
     "cpu-ops-p0008-proposals-bs8": Value("cpu-dev/detector_ops_p0008_bs8.json", compute=partial(_proposals_ops_0008, 8)),
+    "cpu-ops-p0009-targets-bs8": Value("cpu-dev/detector_ops_p0009_bs8.json", compute=partial(_targets_ops_0009, 8)),
+    "h100-patchab-0009-same": Value(f"h100/perf-run6/patchab_mmdet-{_P09}.json", spec="{}",
+                                    compute=partial(_same_cases, "rpn_targets")),
     "h200-detector-ratio-range": Value(f"{_R6}/detector_bs2_sm90.json", compute=lambda _d: _stage_ratio_range(_R6)),
     "h200-r5-detector-ratio-range": Value(f"{_R5}/detector_bs2_sm90.json", compute=lambda _d: _stage_ratio_range(_R5)),
     "h200-r5-profile-busy-ms": Value(f"{_R5}/profile_sm90.json", spec="{:.1f}",
