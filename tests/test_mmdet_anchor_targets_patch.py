@@ -41,8 +41,8 @@ def test_header_says_what_why_status_and_how_to_time_it():
     head = PATCH.read_text().split("\n---\n", 1)[0]
     for key in ("What:", "Why:", "Status: proposed", "Upstream:", "after recipes/mmdet/patches/*"):
         assert key in head, key
-    assert patch_ab.header_args(PATCH) == ["--package", "mmdet", "--ops", "", "--detector", "2,8",
-                                           "--same", "rpn_targets", "--cases", "60"]
+    assert patch_ab.header_args(PATCH) == ["--package", "mmdet", "--ops", "", "--detector", "8", "--detector-processes",
+                                           "6", "--same", "rpn_targets", "--cases", "60"]
     assert patch_ab.SAME["rpn_targets"] == rpn_target_cases.__name__
     for recipe in ("recipe.yaml", "meta.yaml"):  # a candidate is not in the recipe yet
         assert PATCH.name not in (ROOT / "recipes" / "mmdet" / recipe).read_text()

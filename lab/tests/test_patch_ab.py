@@ -157,3 +157,27 @@ def test_mmdet_0003_samples_as_many_distinct_members_of_the_gallery(real_mmcv_py
     assert done.returncode == 0, done.stderr[-1500:]
     doc = json.loads(done.stdout.strip().splitlines()[-1])
     assert doc == {"patched": True, "n": 128, "unique": 128, "inside": True}
+
+
+@pytest.mark.skipif(shutil.which("patch") is None, reason="GNU patch is not installed")
+def test_detector_processes_pairs_fresh_children_abba(real_mmcv_python):
+    """--detector-processes (issue 43: the in-process A/B could not resolve 0008 or 0009 on the H100
+    hosts): through the e2e build's mmdet and mmcv, proposed mmdet 0009 at batch 2 on the CPU, two pairs
+    of fresh children, the released side first in the first pair and second in the next, each pair's
+    ratio patched over released; two pairs are too few for an interval, and the result says so."""
+    patch = ROOT / "recipes" / "mmdet" / "proposed" / "0009-anchor-targets-batched.patch"
+    done = subprocess.run([real_mmcv_python, "-m", MODULE, "--patch", str(patch), "--device", "cpu", "--ops", "",
+                           "--same", "", "--detector", "2", "--detector-processes", "2", "--detector-repeats", "1",
+                           "--detector-iters", "1", "--detector-warmup", "1", "--json"],
+                          capture_output=True, text=True, timeout=900, env=child_env())
+    assert done.returncode == 0, done.stderr[-2000:]
+    doc = json.loads(done.stdout)
+    assert "detector" not in doc
+    (row,) = doc["detector_processes"]
+    assert row["batch_size"] == 2 and "error" not in row, row.get("error")
+    assert [p["first"] for p in row["pairs"]] == ["released", "patched"]
+    for p in row["pairs"]:
+        assert p["released"] > 0 and p["patched"] > 0 and p["ratio"] == p["patched"] / p["released"]
+        assert p["released_losses_finite"] and p["patched_losses_finite"]
+    assert len(row["child_seconds"]) == 4
+    assert row["ratio_median_ci95"] is None and row["verdict"] == "no interval (fewer than 6 pairs)"

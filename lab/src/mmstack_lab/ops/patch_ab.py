@@ -22,7 +22,9 @@ alternating sides so drift hits both:
 - upstream: the named files of upstream's test suite (from the tag archive) through
   `python -m mmstack.verify.upstream_tests`, as the recipe runs them, with the counts per side; a
   patch that fails a test the released package passes is not a candidate;
-- detector (`--detector 2,8`): bench_detector.py on each side at those batch sizes.
+- detector (`--detector 2,8`): bench_detector.py on each side at those batch sizes; with
+  `--detector-processes N`, N ABBA pairs of fresh child processes a batch size instead (mmdet only,
+  one side each), their patched / released ratios with a 95% interval for the median.
 
 A candidate's header may carry its own arguments on a line `patch_ab: --ops roi_align --tests ...`
 (the command line wins). The patch enters its recipe (recipes/{mmcv,mmdet}/patches/) only after
@@ -41,6 +43,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import time
 from pathlib import Path
 from typing import NamedTuple
 
@@ -237,6 +240,51 @@ def upstream(python: str, over: Overlay, archive: Path, tests: list[str], work: 
     return out
 
 
+def detector_processes(python: str, over: Overlay, device: str, batches: list[int], pairs: int, repeats: int,
+                       iters: int = 10, warmup: int = 5) -> list[dict]:
+    """--detector-processes N: at each batch size, N pairs of fresh child processes, one per side (bench_detector
+    --only mmdet: build, warm up, time --detector-repeats x --iters), ABBA (the released side first in even pairs);
+    each pair's patched / released ratio, their median and its distribution-free 95% interval. Two adjacent
+    children share the host's drift, which the in-process design (each side's whole bench_detector, one after
+    the other) does not cancel: on the H100 hosts torchvision itself moved 3-30% between its sides."""
+    from mmstack_lab.detector.bench_detector import median_ci
+
+    rows = []
+    for bs in batches:
+        row: dict = {"batch_size": bs, "pairs": [], "child_seconds": []}
+        cmd = [python, "-m", "mmstack_lab.detector.bench_detector", "--device", device, "--batch-size", str(bs),
+               "--repeats", str(repeats), "--iters", str(iters), "--warmup", str(warmup), "--only", "mmdet", "--json"]
+        for i in range(pairs):
+            order = ("released", "patched") if i % 2 == 0 else ("patched", "released")
+            pair: dict = {"first": order[0]}
+            for side in order:
+                start = time.perf_counter()
+                done = _child(cmd, side, over)
+                row["child_seconds"].append(round(time.perf_counter() - start, 1))
+                try:
+                    res = json.loads(done.stdout)["results"]["mmdet"]
+                    pair[side] = float(res["iters_per_s"])
+                except (ValueError, KeyError, TypeError):
+                    row["error"] = f"{side} child (pair {i + 1}) exited {done.returncode}: {done.stderr.strip()[-400:]}"
+                    break
+                pair[f"{side}_losses_finite"] = res.get("losses_finite")
+            if "error" in row:
+                break
+            pair["ratio"] = pair["patched"] / pair["released"]
+            row["pairs"].append(pair)
+        ratios = [p["ratio"] for p in row["pairs"]]
+        if ratios and "error" not in row:
+            ci = median_ci(ratios)
+            row.update(ratio_median_of_pairs=statistics.median(ratios), ratio_min=min(ratios), ratio_max=max(ratios),
+                       ratio_median_ci95=list(ci) if ci else None,
+                       released_iters_per_s=statistics.median(p["released"] for p in row["pairs"]),
+                       patched_iters_per_s=statistics.median(p["patched"] for p in row["pairs"]),
+                       verdict=("no interval (fewer than 6 pairs)" if ci is None else "patched faster" if ci[0] > 1
+                                else "patched slower" if ci[1] < 1 else "not resolved (interval spans 1)"))
+        rows.append(row)
+    return rows
+
+
 def detector(python: str, over: Overlay, device: str, batches: list[int], repeats: int) -> list[dict]:
     """bench_detector.py on each side at each batch size: mmdet's it/s released and patched."""
     rows = []
@@ -287,6 +335,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cases", type=int, default=1000, help="random cases per --same op")
     ap.add_argument("--detector", default="", help="batch sizes for bench_detector.py on each side, e.g. 2,8")
     ap.add_argument("--detector-repeats", type=int, default=3)
+    ap.add_argument("--detector-processes", type=int, default=0, metavar="N",
+                    help="time --detector's batch sizes as N ABBA pairs of fresh child processes, one side each "
+                    "(0: each side's whole bench_detector in turn, with torchvision beside it)")
+    ap.add_argument("--detector-iters", type=int, default=10, help="iterations per timing (--detector-processes)")
+    ap.add_argument("--detector-warmup", type=int, default=5, help="warm-up iterations (--detector-processes)")
     ap.add_argument("--json", action="store_true")
     argv = sys.argv[1:] if argv is None else argv
     args = ap.parse_args(argv)
@@ -318,7 +371,11 @@ def main(argv: list[str] | None = None) -> int:
             result["same"] = same(python, over, args.device, [op for op in args.same.split(",") if op], args.cases)
         if args.upstream and args.tests:
             result["upstream"] = upstream(python, over, args.upstream, args.tests, Path(tmp) / "upstream")
-        if args.detector:
+        if args.detector and args.detector_processes > 0:
+            result["detector_processes"] = detector_processes(
+                python, over, args.device, [int(b) for b in args.detector.split(",")], args.detector_processes,
+                args.detector_repeats, args.detector_iters, args.detector_warmup)
+        elif args.detector:
             result["detector"] = detector(python, over, args.device, [int(b) for b in args.detector.split(",")],
                                           args.detector_repeats)
     if args.json:
@@ -336,6 +393,9 @@ def main(argv: list[str] | None = None) -> int:
             print(side, u["counts"], u["failed"])
         for row in result.get("detector", []):
             print("detector batch", row["batch_size"], row.get("mmdet_patched_over_released"))
+        for row in result.get("detector_processes", []):
+            print("detector batch", row["batch_size"], "pairs", len(row["pairs"]), row.get("ratio_median_of_pairs"),
+                  row.get("ratio_median_ci95"), row.get("verdict") or row.get("error"))
     return 0 if all(s["identical"] for s in result.get("same", {}).values()) else 1
 
 

@@ -335,7 +335,7 @@ def _patchab(r: Run) -> int:
         if r.patchab_only and not any(n.startswith(f"{only}-") or n == only for only in r.patchab_only):
             continue
         rc_all = _lab(r, f"patchab_{n}", "mmstack_lab.ops.patch_ab", "--patch", str(p), "--device", "cuda", "--upstream",
-                      str(r.carry / "sdist" / "mmcv-2.2.0.github.tar.gz"), "--json", timeout=420) or rc_all
+                      str(r.carry / "sdist" / "mmcv-2.2.0.github.tar.gz"), "--json", timeout=600) or rc_all
     return rc_all
 
 
