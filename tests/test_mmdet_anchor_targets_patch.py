@@ -16,6 +16,7 @@ committed counts with it show the ops it removes and no other stage changed.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -133,3 +134,17 @@ def test_counts_with_the_patch_lose_ops_in_the_rpn_targets_only(bs):
     assert p9["rpn.targets"]["host_waits"] == p8["rpn.targets"]["host_waits"] - int(bs)
     for stage in ("preprocess", "backbone+neck", "rpn.proposals", "roi.features", "roi.head", "roi.loss"):
         assert p9[stage] == p8[stage], stage
+
+
+def test_upstreams_tests_of_the_touched_code_count_the_same_on_both_sides():
+    """upstream's tests/test_models/test_dense_heads (every head on AnchorHead's targets: RPN, RetinaNet,
+    SSD, ...) and the losses, through the e2e prefix, released and with this very diff as an overlay."""
+    doc = json.loads((CPU / "upstream_mmdet_p0009_cpu.json").read_text())
+    body = PATCH.read_text().split("\n---\n", 1)[1]
+    assert doc["patches"]["0009"]["diff_sha256"] == hashlib.sha256(body.encode()).hexdigest()
+    sides = doc["sides"]
+    assert set(sides) == {"released", "0009"}
+    for name, side in sides.items():
+        assert side["failed"] == [] and side["counts"]["passed"] > 100, name
+        assert side["by_file"] == sides["released"]["by_file"], name
+    assert "tests/test_models/test_dense_heads/test_rpn_head.py" in sides["released"]["by_file"]
