@@ -192,10 +192,14 @@ def _pair_ratios(pairs: list[dict]) -> dict:
     """Each pair's mmdet / torchvision ratio (added to the pair), their median, range and interval."""
     for pair in pairs:
         pair["ratio"] = pair["mmdet"] / pair["torchvision-matched"]
-    ratios = [p["ratio"] for p in pairs]
+    return {"pairs": pairs, **ratio_summary([p["ratio"] for p in pairs])}
+
+
+def ratio_summary(ratios: list[float]) -> dict:
+    """Pair ratios' median, range and the median's 95% interval (None below 6 pairs)."""
     ci = median_ci(ratios)
-    return {"pairs": pairs, "ratio_median_of_pairs": statistics.median(ratios), "ratio_min": min(ratios),
-            "ratio_max": max(ratios), "ratio_median_ci95": list(ci) if ci else None}
+    return {"ratio_median_of_pairs": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios),
+            "ratio_median_ci95": list(ci) if ci else None}
 
 
 def median_ci(values: list[float], confidence: float = 0.95) -> tuple[float, float] | None:

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import hashlib
 import sys
 
 from mmstack_lab.common import case_digests
@@ -93,19 +92,8 @@ def head_of(setting: str, own_single: bool = False):
                anchor_generator={"type": "AnchorGenerator", "scales": [8], "ratios": [0.5, 1.0, 2.0], "strides": list(STRIDES)},
                bbox_coder={"type": "DeltaXYWHBBoxCoder", "target_means": [0.0] * 4, "target_stds": [1.0] * 4,
                            "clip_border": setting != "no_clip", "add_ctr_clamp": setting == "ctr_clamp", "ctr_clamp": 32})
-    calls = []
-    single = head._predict_by_feat_single
-
-    def counted(*args, **kwargs):
-        calls.append(1)
-        return single(*args, **kwargs)
-    head._predict_by_feat_single = counted  # per instance: what predict_by_feat calls, not which path it takes
-    return head.eval(), calls
-
-
-def _bytes(t) -> list:
-    t = t.detach().contiguous().cpu()
-    return [str(t.dtype), list(t.shape), hashlib.sha256(t.numpy().tobytes()).hexdigest()[:16]]
+    # per instance: what predict_by_feat calls, not which path it takes
+    return head.eval(), case_digests.count_calls(head, "_predict_by_feat_single")
 
 
 def _ulps(a, b) -> int:
@@ -142,7 +130,7 @@ def run_case(case: dict, device: str, own_single: bool = False) -> dict:
         return {"proposals": [{"error": error}], "kept": [], "keys": [], "per_image_calls": n_calls,
                 "equals_per_image": error == ref_error, "boxes_equal_per_image": error == ref_error, "score_ulps": 0,
                 "error": error}
-    out = [{k: _bytes(getattr(r, k)) for k in ("bboxes", "scores", "labels")} for r in got]
+    out = [{k: case_digests.tensors(getattr(r, k)) for k in ("bboxes", "scores", "labels")} for r in got]
     same_boxes = all(torch.equal(a.bboxes, b.bboxes) and torch.equal(a.labels, b.labels) for a, b in zip(got, ref, strict=True))
     ulps = max((_ulps(a.scores, b.scores) for a, b in zip(got, ref, strict=True) if a.scores.shape == b.scores.shape),
                default=0)

@@ -118,14 +118,8 @@ def head_of(setting: str, device: str):
                           **common)
     else:
         head = RPNHead(loss_cls={"type": "CrossEntropyLoss", "use_sigmoid": True, "loss_weight": 1.0}, **common)
-    calls = []
-    single = head._get_targets_single
-
-    def counted(*args, **kwargs):
-        calls.append(1)
-        return single(*args, **kwargs)
-    head._get_targets_single = counted  # per instance: what get_targets calls, not which path it takes
-    return head.to(device), calls
+    # per instance: what get_targets calls, not which path it takes
+    return head.to(device), case_digests.count_calls(head, "_get_targets_single")
 
 
 @contextlib.contextmanager
@@ -172,26 +166,10 @@ def _side(head, case: dict, device: str) -> dict:
     torch.manual_seed(case["rng_seed"])
     losses = head.loss_by_feat(cls, reg, insts, metas, ignore)
     torch.stack([x for v in losses.values() for x in v]).sum().backward()
-    return {"targets": digest_tensors(list(targets[:4])), "avg_factor": targets[4],
-            "sampling": digest_tensors(sampling), "rng_targets": digest_tensors(rng_targets),
-            "losses": digest_tensors(losses), "grads": digest_tensors([t.grad for t in cls + reg]),
-            "rng_loss": digest_tensors(_rng(device)), "n_pos": [int(r.pos_inds.numel()) for r in targets[5]]}
-
-
-def digest_tensors(x):
-    """dtype, shape and sha256 of the bytes of each tensor in x (nested lists and dicts)."""
-    import hashlib
-
-    import torch
-
-    if isinstance(x, torch.Tensor):
-        t = x.detach().contiguous().cpu()
-        return [str(t.dtype), list(t.shape), hashlib.sha256(t.numpy().tobytes()).hexdigest()[:16]]
-    if isinstance(x, (list, tuple)):
-        return [digest_tensors(v) for v in x]
-    if isinstance(x, dict):
-        return {k: digest_tensors(v) for k, v in sorted(x.items())}
-    return x
+    return {"targets": case_digests.tensors(list(targets[:4])), "avg_factor": targets[4],
+            "sampling": case_digests.tensors(sampling), "rng_targets": case_digests.tensors(rng_targets),
+            "losses": case_digests.tensors(losses), "grads": case_digests.tensors([t.grad for t in cls + reg]),
+            "rng_loss": case_digests.tensors(_rng(device)), "n_pos": [int(r.pos_inds.numel()) for r in targets[5]]}
 
 
 def run_case(case: dict, device: str) -> dict:

@@ -247,7 +247,7 @@ def detector_processes(python: str, over: Overlay, device: str, batches: list[in
     each pair's patched / released ratio, their median and its distribution-free 95% interval. Two adjacent
     children share the host's drift, which the in-process design (each side's whole bench_detector, one after
     the other) does not cancel: on the H100 hosts torchvision itself moved 3-30% between its sides."""
-    from mmstack_lab.detector.bench_detector import median_ci
+    from mmstack_lab.detector.bench_detector import ratio_summary
 
     rows = []
     for bs in batches:
@@ -274,10 +274,9 @@ def detector_processes(python: str, over: Overlay, device: str, batches: list[in
             row["pairs"].append(pair)
         ratios = [p["ratio"] for p in row["pairs"]]
         if ratios and "error" not in row:
-            ci = median_ci(ratios)
-            row.update(ratio_median_of_pairs=statistics.median(ratios), ratio_min=min(ratios), ratio_max=max(ratios),
-                       ratio_median_ci95=list(ci) if ci else None,
-                       released_iters_per_s=statistics.median(p["released"] for p in row["pairs"]),
+            row.update(ratio_summary(ratios))
+            ci = row["ratio_median_ci95"]
+            row.update(released_iters_per_s=statistics.median(p["released"] for p in row["pairs"]),
                        patched_iters_per_s=statistics.median(p["patched"] for p in row["pairs"]),
                        verdict=("no interval (fewer than 6 pairs)" if ci is None else "patched faster" if ci[0] > 1
                                 else "patched slower" if ci[1] < 1 else "not resolved (interval spans 1)"))
