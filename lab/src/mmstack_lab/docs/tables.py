@@ -476,7 +476,16 @@ def _same_cases(module: str, d: Doc) -> str:
 
 def _processes_ratio(d: Doc) -> str:
     """A --processes run's median pair ratio with its 95% interval, as prose."""
-    p = d["processes"]
+    return _pairs_ratio(d["processes"])
+
+
+def _patch_processes_ratio(d: Doc) -> str:
+    """patch_ab --detector-processes: patched / released, the median of the pairs with its 95% interval."""
+    (row,) = d["detector_processes"]
+    return _pairs_ratio(row)
+
+
+def _pairs_ratio(p: Doc) -> str:
     lo, hi = p["ratio_median_ci95"]
     return f"{p['ratio_median_of_pairs']:.2f}× (95% interval {lo:.3f}-{hi:.3f})"
 
@@ -1108,8 +1117,10 @@ VALUES: dict[str, Value] = {
     "cpu-ops-torchvision-bs8": Value("cpu-dev/detector_ops_bs8.json", compute=partial(_iteration_ops, "torchvision")),
     "cpu-ops-p0008-proposals-bs8": Value("cpu-dev/detector_ops_p0008_bs8.json", compute=partial(_proposals_ops_0008, 8)),
     "cpu-ops-p0009-targets-bs8": Value("cpu-dev/detector_ops_p0009_bs8.json", compute=partial(_targets_ops_0009, 8)),
-    "h100-patchab-0009-same": Value(f"h100/perf-run6/patchab_mmdet-{_P09}.json", spec="{}",
+    "h100-patchab-0009-same": Value(f"h100/perf-run7/patchab_mmdet-{_P09}.json", spec="{}",
                                     compute=partial(_same_cases, "rpn_targets")),
+    **{f"h100-patchab-{p[:4]}-processes": Value(f"h100/perf-run7/patchab_mmdet-{p}.json", compute=_patch_processes_ratio)
+       for p in (_P08, _P09)},
     "h200-detector-ratio-range": Value(f"{_R6}/detector_bs2_sm90.json", compute=lambda _d: _stage_ratio_range(_R6)),
     "h200-r5-detector-ratio-range": Value(f"{_R5}/detector_bs2_sm90.json", compute=lambda _d: _stage_ratio_range(_R5)),
     "h200-r5-profile-busy-ms": Value(f"{_R5}/profile_sm90.json", spec="{:.1f}",
