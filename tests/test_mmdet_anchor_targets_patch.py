@@ -1,17 +1,19 @@
-"""Issue 43 item 1: proposed mmdet patch 0009 (recipes/mmdet/proposed/) makes AnchorHead's targets (the
+"""Issue 43 item 1: mmdet recipe patch 0009 (since mmdet build 4) makes AnchorHead's targets (the
 RPN's, and RetinaNet-like heads') for the whole batch at once: one assignment for a group of images
 (ground truth padded, the anchors shared), each image sampled as before, one encode of the batch's
 positives and one indexed write per target, where the released code calls _get_targets_single per
 image (about 90 ops an image at batch 8).
 
-It is a candidate: it enters the recipe only after its GPU run. What the CPU settles is settled here:
-it applies after the recipe's patches without fuzz, with and without proposed 0008; with the e2e
-build's real mmdet and mmcv (an overlay of the installed package, as patch_ab.py makes it) the
-patched head takes the batched path in every setting that allows it and the per-image path in the
-two that do not, and its targets, sampling results, losses, gradients and random draws are the
-released ones bit for bit: mmstack_lab.detector.rpn_target_cases (patch_ab --same rpn_targets, the
-comparison the GPU's patchab stage repeats on CUDA) over seeded batches of 1-8 images. detector_ops'
-committed counts with it show the ops it removes and no other stage changed.
+It waited in recipes/mmdet/proposed/ until its GPU run: lab/results/h100/perf-run8 tested a package
+built with it (and 0008) on the CPU machine (the recipe's whole mmdet test section passed on an
+H100), and patch_ab compared its targets on CUDA (60 of 60 identical). Here: that run tested this
+very diff; it applies in the recipe's order without fuzz, and without 0008 too; with the e2e build's
+real mmdet and mmcv (the installed package carries 0009; patch_ab.py's overlay reverses it for the
+released side) the patched head takes the batched path in every setting that allows it and the
+per-image path in the two that do not, and its targets, sampling results, losses, gradients and
+random draws are the released ones bit for bit: mmstack_lab.detector.rpn_target_cases (patch_ab
+--same rpn_targets) over seeded batches of 1-8 images. detector_ops' committed counts with it show
+the ops it removes and no other stage changed.
 """
 
 from __future__ import annotations
@@ -19,18 +21,20 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
+from support.gpu_entry import check_tested
 
 from mmstack_lab.detector import rpn_target_cases
 from mmstack_lab.ops import patch_ab
-from mmstack_lab.standin.offline import patched_sdist
+from mmstack_lab.standin.offline import patched_sdist, unpacked_sdist
 
 ROOT = Path(__file__).resolve().parents[1]
-PROPOSED = ROOT / "recipes" / "mmdet" / "proposed"
-PATCH = PROPOSED / "0009-anchor-targets-batched.patch"
-P0008 = PROPOSED / "0008-rpn-proposals-batched.patch"
+PATCHES = ROOT / "recipes" / "mmdet" / "patches"
+PATCH = PATCHES / "0009-anchor-targets-batched.patch"
+RUN = ROOT / "lab" / "results" / "h100" / "perf-run8"
 CPU = ROOT / "lab" / "results" / "cpu-dev"
 TOUCHED = "mmdet/models/dense_heads/anchor_head.py"
 CASES = 30  # here; the GPU's patchab stage runs the header's 60
@@ -40,19 +44,46 @@ PER_IMAGE = {"assign_one"}  # gt_max_assign_all off; "ignore" where a case has i
 
 def test_header_says_what_why_status_and_how_to_time_it():
     head = PATCH.read_text().split("\n---\n", 1)[0]
-    for key in ("What:", "Why:", "Status: proposed", "Upstream:", "after recipes/mmdet/patches/*"):
+    for key in ("What:", "Why:", "Status: in the recipe since mmdet build 4, after its GPU run", "Upstream:",
+                "after recipes/mmdet/patches 0001-0008"):
         assert key in head, key
     assert patch_ab.header_args(PATCH) == ["--package", "mmdet", "--ops", "", "--detector", "8", "--detector-processes",
                                            "6", "--same", "rpn_targets", "--cases", "60"]
     assert patch_ab.SAME["rpn_targets"] == rpn_target_cases.__name__
-    for recipe in ("recipe.yaml", "meta.yaml"):  # a candidate is not in the recipe yet
-        assert PATCH.name not in (ROOT / "recipes" / "mmdet" / recipe).read_text()
+
+
+def test_0009_entered_after_the_gpu_run_of_this_very_diff():
+    """perf-run8 seeded the CPU-built mmdet with 0008 and 0009; its whole test section passed on the
+    H100; patch_ab, reversing 0009 from that package, found the targets of 60 cases identical on CUDA
+    (the digest of perf-run7, where 0009 went over build 3). Its time over 0008 did not resolve
+    there (the header says so); over build 3 alone it did (perf-run7): checked both, as recorded."""
+    doc = check_tested(RUN, PATCH, package_file="mmdet-3.3.0-mmcv22_pyh8259157_3.conda")
+    same = doc["same"]["rpn_targets"]
+    assert doc["device"] == "cuda" and same["identical"] and same["cases"] == 60
+    alone = json.loads((RUN.parent / "perf-run7" / f"patchab_mmdet-{PATCH.stem}.json").read_text())
+    assert alone["patch_sha256"] == doc["patch_sha256"] and not alone["installed_carries_patch"]
+    assert alone["same"]["rpn_targets"]["digest"] == same["digest"]
+    for d, verdict in ((alone, "patched faster"), (doc, "not resolved (interval spans 1)")):
+        (row,) = d["detector_processes"]
+        assert row["batch_size"] == 8 and len(row["pairs"]) == 6 and row["verdict"] == verdict
+        assert all(p["released_losses_finite"] and p["patched_losses_finite"] for p in row["pairs"])
+        assert row["ratio_median_of_pairs"] > 1
+
+
+def _sdist_with(dest: Path, patches: list[Path]) -> Path:
+    src = unpacked_sdist("mmdet", dest)
+    for p in patches:
+        subprocess.run(["patch", "-p1", "-s", "--fuzz=0", "-i", str(p)], cwd=src, check=True)
+    return src
 
 
 @pytest.mark.skipif(shutil.which("patch") is None, reason="GNU patch is not installed")
-@pytest.mark.parametrize("extra", [(), (P0008,)], ids=["alone", "after-0008"])
-def test_applies_after_the_recipes_patches_without_fuzz(tmp_path, extra):
-    work = patched_sdist("mmdet", tmp_path, extra=(*extra, PATCH))  # --fuzz=0
+@pytest.mark.parametrize("without", [None, "0008"], ids=["recipe", "without-0008"])
+def test_applies_in_the_recipes_order_without_fuzz(tmp_path, without):
+    if without is None:
+        work = patched_sdist("mmdet", tmp_path)  # the recipe's patches, 0009 last, with --fuzz=0
+    else:  # it touches no file 0008 touches
+        work = _sdist_with(tmp_path, [p for p in sorted(PATCHES.glob("0*.patch")) if not p.name.startswith(without)])
     text = (work / TOUCHED).read_text()
     compile(text, TOUCHED, "exec")
     targets = text.split("    def get_targets(self,", 1)[1].split("    def loss_by_feat_single(", 1)[0]
@@ -70,7 +101,7 @@ def test_applies_after_the_recipes_patches_without_fuzz(tmp_path, extra):
 @pytest.mark.skipif(shutil.which("patch") is None, reason="GNU patch is not installed")
 def test_patched_targets_are_the_released_ones_bit_for_bit(real_mmcv_python, tmp_path):
     over = patch_ab.overlay(PATCH, tmp_path / "overlay", real_mmcv_python, package="mmdet")
-    assert over.side == "patched"  # the installed mmdet is the recipe's, without the candidate
+    assert over.side == "released"  # the installed mmdet is the recipe's, which carries 0009
     result = patch_ab.same(real_mmcv_python, over, "cpu", ["rpn_targets"], CASES)["rpn_targets"]
     assert "error" not in result, result.get("error")
     assert result["identical"], result["differing_cases"]

@@ -42,7 +42,7 @@ def test_one_noarch_python_package_from_the_pypi_sdist(rendered):
     assert rendered["package"] == {"name": "mmdet", "version": "3.3.0"}
     assert rendered["build"]["noarch"] == "python"
     # "mmcv22_" tells it from conda-forge's unpatched mmdet 3.3.0; pixi.toml pins on it.
-    assert re.fullmatch(r"mmcv22_pyh[0-9a-f]{7}_3", rendered["build"]["string"])
+    assert re.fullmatch(r"mmcv22_pyh[0-9a-f]{7}_4", rendered["build"]["string"])
     source, upstream = rendered["source"]
     assert source["url"].startswith("https://files.pythonhosted.org/")
     assert source["url"].endswith("/mmdet-3.3.0.tar.gz")
@@ -55,6 +55,8 @@ def test_one_noarch_python_package_from_the_pypi_sdist(rendered):
         "patches/0005-max-iou-assigner-on-the-device.patch",
         "patches/0006-rpn-targets-and-loss-without-host-reads.patch",
         "patches/0007-roi-targets-batched.patch",
+        "patches/0008-rpn-proposals-batched.patch",
+        "patches/0009-anchor-targets-batched.patch",
     ]
     assert all((RECIPE_DIR / p).is_file() for p in source["patches"])
     # the second source only brings upstream's tests/ (tag v3.3.0's commit), unpatched

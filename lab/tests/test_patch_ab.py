@@ -162,10 +162,11 @@ def test_mmdet_0003_samples_as_many_distinct_members_of_the_gallery(real_mmcv_py
 @pytest.mark.skipif(shutil.which("patch") is None, reason="GNU patch is not installed")
 def test_detector_processes_pairs_fresh_children_abba(real_mmcv_python):
     """--detector-processes (issue 43: the in-process A/B could not resolve 0008 or 0009 on the H100
-    hosts): through the e2e build's mmdet and mmcv, proposed mmdet 0009 at batch 2 on the CPU, two pairs
+    hosts): through the e2e build's mmdet and mmcv, mmdet 0009 (reversed for the released side: the e2e
+    mmdet carries it since build 4) at batch 2 on the CPU, two pairs
     of fresh children, the released side first in the first pair and second in the next, each pair's
     ratio patched over released; two pairs are too few for an interval, and the result says so."""
-    patch = ROOT / "recipes" / "mmdet" / "proposed" / "0009-anchor-targets-batched.patch"
+    patch = ROOT / "recipes" / "mmdet" / "patches" / "0009-anchor-targets-batched.patch"
     done = subprocess.run([real_mmcv_python, "-m", MODULE, "--patch", str(patch), "--device", "cpu", "--ops", "",
                            "--same", "", "--detector", "2", "--detector-processes", "2", "--detector-repeats", "1",
                            "--detector-iters", "1", "--detector-warmup", "1", "--json"],
@@ -181,3 +182,13 @@ def test_detector_processes_pairs_fresh_children_abba(real_mmcv_python):
         assert p["released_losses_finite"] and p["patched_losses_finite"]
     assert len(row["child_seconds"]) == 4
     assert row["ratio_median_ci95"] is None and row["verdict"] == "no interval (fewer than 6 pairs)"
+
+
+def test_a_recipe_patch_names_the_later_ones_on_its_files():
+    """patch_ab.overlay reverses a recipe patch from a copy without the recipe's later patches that
+    touch its files (0009 builds on 0006's anchor_head.py): the list, in the recipe's order."""
+    mmdet = ROOT / "recipes" / "mmdet"
+    p0006 = mmdet / "patches" / "0006-rpn-targets-and-loss-without-host-reads.patch"
+    assert patch_ab.later_overlapping(p0006) == [mmdet / "patches" / "0009-anchor-targets-batched.patch"]
+    assert patch_ab.later_overlapping(mmdet / "patches" / "0005-max-iou-assigner-on-the-device.patch") == []
+    assert patch_ab.later_overlapping(mmdet / "patches" / "0009-anchor-targets-batched.patch") == []

@@ -1121,6 +1121,11 @@ VALUES: dict[str, Value] = {
                                     compute=partial(_same_cases, "rpn_targets")),
     **{f"h100-patchab-{p[:4]}-processes": Value(f"h100/perf-run7/patchab_mmdet-{p}.json", compute=_patch_processes_ratio)
        for p in (_P08, _P09)},
+    # the same A/B in the package with both (perf-run8): each candidate reversed from it
+    **{f"h100-patchab-{p[:4]}-processes-build4": Value(f"h100/perf-run8/patchab_mmdet-{p}.json", compute=_patch_processes_ratio)
+       for p in (_P08, _P09)},
+    "h100-build4-upstream": Value("h100/perf-run8/test_mmdet.json", compute=lambda d: "{passed} passed, {failed} failed, {skipped} skipped".format(
+        **next(t for t in d["packages"][0]["test_results"] if t["kind"] == "upstream-tests")["counts"])),
     "h200-detector-ratio-range": Value(f"{_R6}/detector_bs2_sm90.json", compute=lambda _d: _stage_ratio_range(_R6)),
     "h200-r5-detector-ratio-range": Value(f"{_R5}/detector_bs2_sm90.json", compute=lambda _d: _stage_ratio_range(_R5)),
     "h200-r5-profile-busy-ms": Value(f"{_R5}/profile_sm90.json", spec="{:.1f}",

@@ -105,10 +105,13 @@ print(json.dumps(out))
 
 class Overlay(NamedTuple):
     """The installed package copied aside with the patch applied forward (side "patched") or, where
-    the installed package already carries it (a PROPOSED=1 build), reversed (side "released")."""
+    the installed package already carries it (a PROPOSED=1 build), reversed (side "released").
+    `base`, where set, is the other side's copy: the installed package without the recipe's later
+    patches that touch the patch's files (they must come off before it can)."""
 
     path: Path
     side: str
+    base: Path | None = None
 
 
 def _patch(dest: Path, patch: Path, *flags: str) -> subprocess.CompletedProcess:
@@ -116,9 +119,28 @@ def _patch(dest: Path, patch: Path, *flags: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True)
 
 
+def _touched(patch: Path) -> set[str]:
+    return {line[6:].split("\t")[0] for line in patch.read_text().splitlines() if line.startswith("+++ b/")}
+
+
+def later_overlapping(patch: Path) -> list[Path]:
+    """A recipe patch's (recipes/<name>/patches/) later patches that touch one of its files, or one
+    of theirs, in the recipe's order: what has to come off the installed package before it can."""
+    if patch.parent.name != "patches":
+        return []
+    files, later = _touched(patch), []
+    for p in sorted(patch.parent.glob("0*.patch")):
+        if p.name > patch.name and _touched(p) & files:
+            later.append(p)
+            files |= _touched(p)
+    return later
+
+
 def overlay(patch: Path, dest: Path, python: str, package: str = "mmcv") -> Overlay:
     """The installed package (mmcv or mmdet) copied under dest/ with the patch applied, or reversed
-    where the installed package already carries it; the other side is the installed package."""
+    where the installed package already carries it; the other side is the installed package. A
+    recipe patch that later recipe patches build on (0006 under 0009) is reversed from a copy
+    without those (dest/base, reversed newest first), and that copy is the patched side."""
     src = Path(subprocess.run([python, "-c", f"import {package}, os; print(os.path.dirname({package}.__file__))"],
                               capture_output=True, text=True, check=True).stdout.strip())
     shutil.copytree(src, dest / package, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
@@ -129,13 +151,27 @@ def overlay(patch: Path, dest: Path, python: str, package: str = "mmcv") -> Over
     if not _patch(dest, patch, "--dry-run", "--reverse").returncode:
         _patch(dest, patch, "--reverse")
         return Overlay(dest, "released")
+    later = later_overlapping(patch)
+    if later:
+        base = dest / "base"
+        shutil.copytree(src, base / package, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
+        for p in reversed(later):
+            done = _patch(base, p, "--reverse")
+            if done.returncode:
+                raise SystemExit(f"{p}: does not come off the installed {package} ({src}): {done.stdout.strip()}")
+        shutil.rmtree(dest / package)
+        shutil.copytree(base / package, dest / package, symlinks=True)
+        if not _patch(dest, patch, "--dry-run", "--reverse").returncode:
+            _patch(dest, patch, "--reverse")
+            return Overlay(dest, "released", base)
     raise SystemExit(f"{patch}: does not apply to the installed {package} ({src}): {forward.stdout.strip()} {forward.stderr.strip()}")
 
 
 def _env(side: str, over: Overlay) -> dict:
     env = child_env()  # the children run lab modules (bench_ops, bench_detector) in the prefix's python
-    if side == over.side:
-        env["PYTHONPATH"] = os.pathsep.join([str(over.path), *filter(None, [env.get("PYTHONPATH")])])
+    path = over.path if side == over.side else over.base
+    if path is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(path), *filter(None, [env.get("PYTHONPATH")])])
     return env
 
 
@@ -357,6 +393,8 @@ def main(argv: list[str] | None = None) -> int:
         result = {"what": f"released (installed) {args.package} against the same with a Python-level patch applied",
                   "package": args.package, "patch": args.patch.name, "patch_sha256": hashlib.sha256(args.patch.read_bytes()).hexdigest(),
                   "installed_carries_patch": over.side == "released", "device": args.device, "rounds": args.rounds, "repeats": args.repeats, "iters": args.iters}
+        if over.base is not None:  # both sides without the recipe's later patches on the same files
+            result["both_sides_without"] = [p.name for p in later_overlapping(args.patch)]
         probe = ("import torch, mmcv; print(torch.__version__, mmcv.__version__, torch.cuda.get_device_name() if "
                  "torch.cuda.is_available() else '-'); print(torch.get_num_threads())")
         versions, threads = subprocess.run([python, "-c", probe], capture_output=True, text=True, check=True).stdout.splitlines()
