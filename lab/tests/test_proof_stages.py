@@ -276,15 +276,24 @@ def test_test_only_names_a_package_the_channel_lacks_fails_the_stage(tmp_path):
 
 def test_patchab_only_runs_the_named_candidates(tmp_path, monkeypatch):
     """perf-run6 timed proposed mmdet 0009 alone (`--patchab-only mmdet-0009`); without the option every
-    candidate with a patch_ab: line runs."""
+    candidate with a patch_ab: line runs, and one without (a CUDA candidate: it needs a --proposed
+    build) does not. The candidates here are files of a scratch tree: which ones the repository holds
+    changes as they enter their recipes."""
     from mmstack_lab.proof import stages
 
+    root = tmp_path / "tree"
+    for name, line in (("mmdet/proposed/0008-rpn-proposals-batched", "patch_ab: --package mmdet --ops \"\""),
+                       ("mmdet/proposed/0009-anchor-targets-batched", "patch_ab: --package mmdet --ops \"\""),
+                       ("mmcv/proposed/0016-cuda-helper-fewer-aten-includes", "Status: proposed")):
+        f = root / "recipes" / f"{name}.patch"
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(f"Subject: [PATCH] x\n\n{line}\n\n---\n")
     calls = []
     monkeypatch.setattr(stages, "_lab", lambda r, name, module, *args, timeout=300: calls.append(name) or 0)
-    r = Run(root=ROOT, carry=tmp_path, res=tmp_path / "res", work=tmp_path / "w", patchab_only=("mmdet-0009",))
+    r = Run(root=root, carry=tmp_path, res=tmp_path / "res", work=tmp_path / "w", patchab_only=("mmdet-0009",))
     assert stages._patchab(r) == 0
     assert calls == ["patchab_mmdet-0009-anchor-targets-batched"]
     calls.clear()
     r.patchab_only = ()
     assert stages._patchab(r) == 0
-    assert {"patchab_mmdet-0008-rpn-proposals-batched", "patchab_mmdet-0009-anchor-targets-batched"} <= set(calls)
+    assert calls == ["patchab_mmdet-0008-rpn-proposals-batched", "patchab_mmdet-0009-anchor-targets-batched"]
