@@ -21,7 +21,6 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -29,7 +28,7 @@ from support.gpu_entry import check_tested
 
 from mmstack_lab.detector import rpn_target_cases
 from mmstack_lab.ops import patch_ab
-from mmstack_lab.standin.offline import patched_sdist, unpacked_sdist
+from mmstack_lab.standin.offline import patched_sdist
 
 ROOT = Path(__file__).resolve().parents[1]
 PATCHES = ROOT / "recipes" / "mmdet" / "patches"
@@ -70,20 +69,11 @@ def test_0009_entered_after_the_gpu_run_of_this_very_diff():
         assert row["ratio_median_of_pairs"] > 1
 
 
-def _sdist_with(dest: Path, patches: list[Path]) -> Path:
-    src = unpacked_sdist("mmdet", dest)
-    for p in patches:
-        subprocess.run(["patch", "-p1", "-s", "--fuzz=0", "-i", str(p)], cwd=src, check=True)
-    return src
-
-
 @pytest.mark.skipif(shutil.which("patch") is None, reason="GNU patch is not installed")
-@pytest.mark.parametrize("without", [None, "0008"], ids=["recipe", "without-0008"])
+@pytest.mark.parametrize("without", [(), ("0008",)], ids=["recipe", "without-0008"])
 def test_applies_in_the_recipes_order_without_fuzz(tmp_path, without):
-    if without is None:
-        work = patched_sdist("mmdet", tmp_path)  # the recipe's patches, 0009 last, with --fuzz=0
-    else:  # it touches no file 0008 touches
-        work = _sdist_with(tmp_path, [p for p in sorted(PATCHES.glob("0*.patch")) if not p.name.startswith(without)])
+    # the recipe's patches, 0009 last, with --fuzz=0; it touches no file 0008 touches
+    work = patched_sdist("mmdet", tmp_path, without=without)
     text = (work / TOUCHED).read_text()
     compile(text, TOUCHED, "exec")
     targets = text.split("    def get_targets(self,", 1)[1].split("    def loss_by_feat_single(", 1)[0]

@@ -10,20 +10,12 @@ from pathlib import Path
 from mmstack_lab.ops import patch_ab
 
 # The comparison scripts' digest (dtype, shape, sha256 of the bytes) of tensors, lists and dicts of
-# them: equal digests, equal bit for bit. A script starts with it: `SCRIPT = DIGEST + r"""..."""`.
+# them: equal digests, equal bit for bit. A script starts with it: `SCRIPT = DIGEST + r"""..."""`. The
+# children run with the lab on their PYTHONPATH (patch_ab's child_env), so it is the case modules' own.
 DIGEST = r"""
 import hashlib
 import torch
-
-def digest(x):
-    if isinstance(x, torch.Tensor):
-        t = x.detach().contiguous().cpu()
-        return [str(t.dtype), list(t.shape), hashlib.sha256(t.numpy().tobytes()).hexdigest()[:16]]
-    if isinstance(x, (list, tuple)):
-        return [digest(v) for v in x]
-    if isinstance(x, dict):
-        return {k: digest(v) for k, v in sorted(x.items())}
-    return x
+from mmstack_lab.common.case_digests import tensors as digest
 """
 
 

@@ -165,14 +165,15 @@ def unpacked_sdist(name: str, dest: Path) -> Path:
     return src
 
 
-def patched_sdist(name: str, dest: Path, extra: tuple[Path, ...] = ()) -> Path:
+def patched_sdist(name: str, dest: Path, extra: tuple[Path, ...] = (), without: tuple[str, ...] = ()) -> Path:
     """The recipe's sdist unpacked under dest with recipes/<name>/patches applied in order (`patch
-    -p1 --fuzz=0`, as the recipes do), then `extra` patches (candidates); returns its source root."""
+    -p1 --fuzz=0`, as the recipes do), but for those whose names start with one of `without`, then
+    `extra` patches (candidates); returns its source root."""
     import subprocess
 
     src = unpacked_sdist(name, dest)
     patches = ROOT / "recipes" / name / "patches"
-    for p in [*sorted(patches.glob("0*.patch")), *extra]:
+    for p in [*(p for p in sorted(patches.glob("0*.patch")) if not p.name.startswith(without)), *extra]:
         subprocess.run(["patch", "-p1", "-s", "--fuzz=0", "-i", str(p)], cwd=src, check=True)
     return src
 
