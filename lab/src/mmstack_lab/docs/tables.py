@@ -391,6 +391,8 @@ _PROCESSES = (("H100 (sm_90), mmdet to 0004, mmcv to 0013", "h100/perf-run1/detp
               ("H100 (sm_90), + mmdet 0007, proposed 0008", "h100/perf-run4/detprocs_bs16_sm90.json"),
               ("H100 (sm_90), mmdet build 3 (0001-0007), a slower host", "h100/perf-run5/detprocs_bs8_sm90.json"),
               ("H100 (sm_90), mmdet build 3 (0001-0007), a slower host", "h100/perf-run5/detprocs_bs16_sm90.json"),
+              ("H100 (sm_90), mmdet build 4 (0001-0009), mmcv 0001-0015", "h100/perf-run9/detprocs_bs8_sm90.json"),
+              ("H100 (sm_90), mmdet build 4 (0001-0009), mmcv 0001-0015", "h100/perf-run9/detprocs_bs16_sm90.json"),
               ("dev CPU, 2 cores", "cpu-dev/detprocs_cpu.json"))
 DETECTOR_GOAL = 0.9  # issue 24 item 2: mmdet's it/s >= 0.9x torchvision's at matched settings
 DETECTOR_PARITY = 1.0  # issue 43 item 1: >= 1.0x at batch 8 and 16, the interval above it
@@ -1063,21 +1065,21 @@ VALUES: dict[str, Value] = {
     "gpu-time-after-sm90": Value(f"{GPU_TIME}", compute=lambda d: _gpu_seconds(d["after"], "test mmcv_cuda130_sm90")),
     "gpu-time-cpu-sm90": Value(CPU_BUILD, compute=lambda d: f"{d['wall_s']:,.0f} s wall, {d['cpu_s']:,.0f} CPU-s"),
     "gpu-time-ratio": Value(f"{GPU_TIME}", compute=lambda d: f"{d['like_for_like']['after_over_before']:.2f}"),
-    **{f"h100-detprocs-proposed-bs{bs}": Value(f"h100/perf-run2/detprocs_bs{bs}_sm90.json", compute=_processes_ratio)
-       for bs in (8, 16)},
+    "h100-detprocs-proposed-bs8": Value("h100/perf-run2/detprocs_bs8_sm90.json", compute=_processes_ratio),
     **{f"h100-detprocs-bs{bs}": Value(f"h100/perf-run1/detprocs_bs{bs}_sm90.json", compute=_processes_ratio)
        for bs in (8, 16)},
-    **{f"h100-detprocs-p0008-bs{bs}": Value(f"h100/perf-run4/detprocs_bs{bs}_sm90.json", compute=_processes_ratio)
-       for bs in (8, 16)},
-    "h100-detprocs-p0008-pairs": Value("h100/perf-run4/detprocs_bs8_sm90.json", spec="{}",
-                                       compute=lambda d: len(d["processes"]["child_seconds"]) // 2),
     **{f"h100-detprocs-build3-bs{bs}": Value(f"h100/perf-run5/detprocs_bs{bs}_sm90.json", compute=_processes_ratio)
        for bs in (8, 16)},
+    # the recipe's packages today (mmdet build 4): issue 43 item 1's parity goal
+    **{f"h100-detprocs-build4-bs{bs}": Value(f"h100/perf-run9/detprocs_bs{bs}_sm90.json", compute=_processes_ratio)
+       for bs in (8, 16)},
+    "h100-detprocs-build4-pairs": Value("h100/perf-run9/detprocs_bs8_sm90.json", spec="{}",
+                                        compute=lambda d: len(d["processes"]["child_seconds"]) // 2),
     # how fast each host drove the matched torchvision at batch 8 (the ratio follows the host)
     "h100-detprocs-build3-torchvision-bs8": Value("h100/perf-run5/detprocs_bs8_sm90.json", spec="{:.2f}",
                                                   compute=_torchvision_rate),
     **{f"h100-detprocs-run{run}-torchvision-bs8": Value(f"h100/perf-run{run}/detprocs_bs8_sm90.json", spec="{:.2f}",
-                                                       compute=_torchvision_rate) for run in (2, 4)},
+                                                       compute=_torchvision_rate) for run in (2, 4, 9)},
     "h100-patchab-0008-same": Value(f"h100/perf-run5/patchab_mmdet-{_P08}.json", spec="{}", compute=partial(_same_cases, "rpn_proposals")),
     "h200-patchab-0012-upstream": Value(f"h200/recipe-run9/patchab_mmcv-{_P12}.json", compute=_upstream_counts),
     "h200-run9-upstream": Value("h200/recipe-run9/summary.json", compute=lambda d: "{passed} passed, {failed} failed, {skipped} skipped".format(
@@ -1124,7 +1126,8 @@ VALUES: dict[str, Value] = {
     # the same A/B in the package with both (perf-run8): each candidate reversed from it
     **{f"h100-patchab-{p[:4]}-processes-build4": Value(f"h100/perf-run8/patchab_mmdet-{p}.json", compute=_patch_processes_ratio)
        for p in (_P08, _P09)},
-    "h100-build4-upstream": Value("h100/perf-run8/test_mmdet.json", compute=lambda d: "{passed} passed, {failed} failed, {skipped} skipped".format(
+    # the recipe's build 4 package itself through its test section (perf-run8 tested the proposed build)
+    "h100-build4-upstream": Value("h100/perf-run9/test_mmdet.json", compute=lambda d: "{passed} passed, {failed} failed, {skipped} skipped".format(
         **next(t for t in d["packages"][0]["test_results"] if t["kind"] == "upstream-tests")["counts"])),
     "h200-detector-ratio-range": Value(f"{_R6}/detector_bs2_sm90.json", compute=lambda _d: _stage_ratio_range(_R6)),
     "h200-r5-detector-ratio-range": Value(f"{_R5}/detector_bs2_sm90.json", compute=lambda _d: _stage_ratio_range(_R5)),
