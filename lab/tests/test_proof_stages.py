@@ -10,6 +10,7 @@ GPU ones in the runs under lab/results/h200/.
 from __future__ import annotations
 
 import ast
+import hashlib
 import json
 import shutil
 import subprocess
@@ -212,6 +213,10 @@ def test_seed_leaves_only_this_calls_packages_in_the_channel(tmp_path):
     assert sorted({**index.get("packages", {}), **index.get("packages.conda", {})}) == ["mmstack-1.0-hnew_0.conda"]
     assert "removed 1 package(s) an earlier call left in the channel (mmstack-1.0-hold_0.conda)" in (
         r.res / "STATUS").read_text()
+    # the seeded file by content (a --proposed build shares its file name with the recipe's package)
+    (seeded,) = json.loads((r.res / "seeded.json").read_text())
+    carried = r.carry / "packages" / "mmstack-1.0-hnew_0.conda"
+    assert seeded == {"file": carried.name, "from": "packages", "sha256": hashlib.sha256(carried.read_bytes()).hexdigest()}
 
 
 def test_recipe_run13_tested_the_cpu_built_sm90_package_and_built_one_itself_on_one_gpu():

@@ -16,6 +16,7 @@ under RES), `docs` (the docs table its results feed, if any), and `run(Run) -> i
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 import subprocess
 from collections.abc import Callable
@@ -195,6 +196,11 @@ def _seed(r: Run) -> int:
                  f"({', '.join(p.name for p in stale)})")
     code = ("import sys\nfrom mmstack.builder import channel\nchannel.ensure_channel(sys.argv[1], create=True)\n"
             "for p in channel.add_packages(sys.argv[1], sys.argv[2:]):\n    print(p.name)\n")
+    # which file each seeded package was, by content: a --proposed build has the same file name as
+    # the recipe's package it stands in for, so the name alone does not say which one a run tested
+    (r.res / "seeded.json").write_text(json.dumps(
+        [{"file": p.name, "from": p.parent.name, "sha256": hashlib.sha256(p.read_bytes()).hexdigest()}
+         for p in carried], indent=2) + "\n")
     rc = r.sh("seed", [r.py, "-c", code, str(r.channel), *map(str, pkgs)], env=r.mm_env())
     r.status(f"seed: {len(pkgs)} carried packages ({', '.join(p.name for p in pkgs)}) rc={rc}")
     return rc
