@@ -32,9 +32,8 @@ def _same(a, b) -> bool:
 
 def _run(head, case: dict, batched: bool):
     import torch
-    from mmengine.structures import InstanceData
-
     from mmdet.models.dense_heads.anchor_head import AnchorHead
+    from mmengine.structures import InstanceData
 
     head._losses_batched = (lambda cls_scores: AnchorHead._losses_batched(head, [_OnCuda()])) if batched \
         else (lambda cls_scores: False)
@@ -58,8 +57,8 @@ class _OnCuda:
 def check(cases: int, seed: int) -> dict:
     import mmdet
     import torch
-
     from mmdet.models.dense_heads.anchor_head import AnchorHead
+
     from mmstack_lab.detector import rpn_target_cases as rtc
 
     if not hasattr(AnchorHead, "_losses_batched"):
