@@ -31,20 +31,13 @@ def _same(a, b) -> bool:
 
 
 def _run(head, case: dict, batched: bool):
-    import torch
     from mmdet.models.dense_heads.anchor_head import AnchorHead
-    from mmengine.structures import InstanceData
+
+    from mmstack_lab.detector import rpn_target_cases as rtc
 
     head._losses_batched = (lambda cls_scores: AnchorHead._losses_batched(head, [_OnCuda()])) if batched \
         else (lambda cls_scores: False)
-    metas = [{"img_shape": s, "pad_shape": p, "batch_input_shape": case["pad"]} for s, p in zip(case["shapes"], case["pads"], strict=True)]
-    insts = [InstanceData(bboxes=b, labels=lab) for b, lab in zip(case["gts"], case["labels"], strict=True)]
-    ignore = [InstanceData(bboxes=b) for b in case["ignores"]] if case["setting"] == "ignore" else None
-    cls = [t.detach().clone().requires_grad_() for t in case["cls"]]
-    reg = [t.detach().clone().requires_grad_() for t in case["reg"]]
-    torch.manual_seed(case["rng_seed"])
-    losses = head.loss_by_feat(cls, reg, insts, metas, ignore)
-    torch.stack([x for v in losses.values() for x in v]).sum().backward()
+    losses, cls, reg = rtc.loss_with_backward(head, case, "cpu", rtc.loss_inputs(case, "cpu"))
     return [x for v in losses.values() for x in v], [t.grad for t in cls], [t.grad for t in reg]
 
 

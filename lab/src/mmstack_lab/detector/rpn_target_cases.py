@@ -146,14 +146,36 @@ def _rng(device: str) -> list:
     return states
 
 
-def _side(head, case: dict, device: str) -> dict:
-    """get_targets and loss_by_feat (with backward) as training calls them; each after seeding."""
-    import torch
+def loss_inputs(case: dict, device: str) -> tuple[list, list, list | None]:
+    """The case's image metas, ground truth and ignored boxes (where its setting uses them), on device."""
     from mmengine.structures import InstanceData
 
     metas = [{"img_shape": s, "pad_shape": p, "batch_input_shape": case["pad"]} for s, p in zip(case["shapes"], case["pads"], strict=True)]
     insts = [InstanceData(bboxes=b.to(device), labels=lab.to(device)) for b, lab in zip(case["gts"], case["labels"], strict=True)]
     ignore = ([InstanceData(bboxes=b.to(device)) for b in case["ignores"]] if case["setting"] == "ignore" else None)
+    return metas, insts, ignore
+
+
+def loss_with_backward(head, case: dict, device: str, inputs: tuple[list, list, list | None]) -> tuple[dict, list, list]:
+    """loss_by_feat on the case's predictions after seeding, and the backward of the sum of its losses, as
+    training runs them: the losses and the score and box predictions (their .grad set)."""
+    import torch
+
+    metas, insts, ignore = inputs
+    cls = [t.detach().clone().to(device).requires_grad_() for t in case["cls"]]
+    reg = [t.detach().clone().to(device).requires_grad_() for t in case["reg"]]
+    torch.manual_seed(case["rng_seed"])
+    losses = head.loss_by_feat(cls, reg, insts, metas, ignore)
+    torch.stack([x for v in losses.values() for x in v]).sum().backward()
+    return losses, cls, reg
+
+
+def _side(head, case: dict, device: str) -> dict:
+    """get_targets and loss_by_feat (with backward) as training calls them; each after seeding."""
+    import torch
+
+    inputs = loss_inputs(case, device)
+    metas, insts, ignore = inputs
     feats = [tuple(t.shape[-2:]) for t in case["cls"]]
     torch.manual_seed(case["rng_seed"])
     anchors, valid = head.get_anchors(feats, metas, device=device)
@@ -161,11 +183,7 @@ def _side(head, case: dict, device: str) -> dict:
     sampling = [[r.pos_inds, r.neg_inds, r.pos_gt_labels, r.pos_assigned_gt_inds, r.pos_gt_bboxes, r.pos_priors,
                  r.avg_factor, r.num_gts] for r in targets[5]]
     rng_targets = _rng(device)
-    cls = [t.detach().clone().to(device).requires_grad_() for t in case["cls"]]
-    reg = [t.detach().clone().to(device).requires_grad_() for t in case["reg"]]
-    torch.manual_seed(case["rng_seed"])
-    losses = head.loss_by_feat(cls, reg, insts, metas, ignore)
-    torch.stack([x for v in losses.values() for x in v]).sum().backward()
+    losses, cls, reg = loss_with_backward(head, case, device, inputs)
     return {"targets": case_digests.tensors(list(targets[:4])), "avg_factor": targets[4],
             "sampling": case_digests.tensors(sampling), "rng_targets": case_digests.tensors(rng_targets),
             "losses": case_digests.tensors(losses), "grads": case_digests.tensors([t.grad for t in cls + reg]),
