@@ -1,7 +1,7 @@
 """A/B of a source patch on mmcv compile units: CPU-seconds in ABBA order and the same objects.
 
     python -m mmstack_lab.build_cost.patch_units_ab --src MMCV_TREE --torch-python PY \
-        --patch recipes/mmcv/proposed/0016-....patch --units pytorch/cuda/nms_cuda.cu ... --json OUT.json
+        --patch recipes/mmcv/patches/0016-....patch --units pytorch/cuda/nms_cuda.cu ... --json OUT.json
 
 A is the tree as given, B a copy with the patch applied (patch -p1). Each unit is compiled with
 the recipe's flags (mmcv_unit_flags.json, as unit_anatomy does) on both sides, ABBA `--rounds`
