@@ -1006,11 +1006,20 @@ def _cb_upstream(doc: Doc) -> str:
     return f"{u['passed']} passed, {u['failed']} failed, {u['skipped']} skipped"
 
 
+_PAIR16 = "cpu-dev/proof-cpu-pair16"  # the sm_90 build without (A) and with (B) mmcv 0016, side by side
+
+
+def _pair_cpu(pair: str) -> str:
+    a, b = (load(f"{pair}/{side}/build_time_sm90.json")["cpu_s"] for side in ("A", "B"))
+    return f"{a:,.1f} -> {b:,.1f} CPU-s, {b / a:.3f}"
+
+
 _E2E_310 = "cpu-dev/e2e_py310_noarch_job.json"  # tests/test_build_e2e.py -k python_min's noarch job (issue 42)
 
 
 VALUES: dict[str, Value] = {
     "cb-build-seconds": Value(_CB, "build_seconds"),
+    "cpu-pair16-build-cpu": Value(f"{_PAIR16}/B/build_time_sm90.json", compute=lambda _d: _pair_cpu(_PAIR16)),
     "cb-rattler-seconds": Value(_CB, "rattler_build_seconds"),
     "cb-ext-bytes": Value(_CB, "packages.conda_build.ext_size", spec="{:,}"),
     "cb-rattler-ext-bytes": Value(_CB, "packages.rattler_build.ext_size", spec="{:,}"),
