@@ -104,14 +104,18 @@ def _full(add, ops, tvops, device: str) -> None:
     """Issue 24: every mmcv op torchvision also has, at the sizes detectors use, fp32 and fp16.
 
     nms and batched_nms (80 classes) at 100 to 100k boxes (mmcv's nms also returns the kept boxes
-    with their scores: `mmcv.ops.nms` as users call it); roi_align (7x7 box head, 14x14 mask head)
+    with their scores: `mmcv.ops.nms` as users call it), and nms_indices: the compiled op alone
+    (`ext_module.nms`, kept indices, what torchvision's nms returns); roi_align (7x7 box head, 14x14 mask head)
     and roi_pool, forward and forward+backward; deform_conv2d and modulated_deform_conv2d (DCNv2:
     torchvision's deform_conv2d with a mask) forward and forward+backward; box
     IoU (mmcv's bbox_overlaps, torchvision's box_iou); sigmoid focal loss (mmcv takes class
     indices, torchvision one-hot targets; both reduce to the mean).
     """
+    import importlib
+
     import torch
 
+    nms_ext = importlib.import_module("mmcv.ops.nms").ext_module  # `mmcv.ops.nms` the name is the function
     torch.manual_seed(0)
     sizes = (100, 1000, 10000, 100000) if device == "cuda" else (100, 1000)
     for n in sizes:
@@ -122,6 +126,9 @@ def _full(add, ops, tvops, device: str) -> None:
         add("batched_nms", f"{n} boxes, 80 classes, iou 0.5",
             lambda b=b, s=s, i=idx: ops.batched_nms(b, s, i, {"type": "nms", "iou_threshold": 0.5}),
             (lambda b=b, s=s, i=idx: tvops.batched_nms(b, s, i, 0.5)) if tvops else None)
+        # the same work as torchvision's nms: the compiled op mmcv's nms calls, kept indices only
+        add("nms_indices", f"{n} boxes, iou 0.5", lambda b=b, s=s: nms_ext.nms(b, s, iou_threshold=0.5, offset=0),
+            (lambda b=b, s=s: tvops.nms(b, s, 0.5)) if tvops else None)
 
     dtypes = (torch.float32, torch.float16) if device == "cuda" else (torch.float32,)
     feat_side = 200 if device == "cuda" else 50

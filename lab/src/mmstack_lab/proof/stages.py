@@ -389,6 +389,10 @@ STAGES_GPU = (
           timeout=400), needs=("install90",), outputs=("nms_anatomy.json",), docs="h200-nms-anatomy"),
     Stage("patchab", "gpu", "each Python-level candidate patch (recipes/*/proposed with a patch_ab: line) against "
           "the installed sm_90 mmcv", _patchab, needs=("install90",), outputs=("patchab_*.json",)),
+    Stage("opsnms", "gpu", "nms, its compiled op alone (kept indices) and batched_nms against torchvision, 100 to 100k boxes",
+          lambda r: _lab(r, "ops_nms_sm90", "mmstack_lab.ops.bench_ops", "--device", "cuda", "--full", "--only",
+                         "nms,nms_indices,batched_nms", "--json", timeout=240),
+          needs=("install90",), outputs=("ops_nms_sm90.json",)),
     Stage("detops", "gpu", "what each detector stage dispatches and where the host waits, batch 2 and 8",
           lambda r: _lab(r, "detector_ops_bs2_sm90", "mmstack_lab.detector.detector_ops", "--device", "cuda",
                          "--batch-size", "2", "--json", timeout=240)
