@@ -12,13 +12,13 @@ cases of mmstack_lab.ops.nms_cases, while a fast path that makes dets of the off
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+from support.gpu_entry import built_files, diff_sha256
 
 from mmstack_lab.ops import patch_ab
 from mmstack_lab.standin.offline import patched_sdist
@@ -62,7 +62,13 @@ def test_0017_applies_after_the_recipes_patches_and_keeps_every_other_path(tmp_p
 
 def test_the_committed_cpu_ab_is_of_this_file_and_found_the_same():
     doc = json.loads(CPU_AB.read_text())
-    assert doc["patch_sha256"] == hashlib.sha256(PATCH.read_bytes()).hexdigest(), "0017 changed since its CPU A/B"
+    # the file the CPU A/B ran is the one the GPU A/B (perf-run11) ran and proof-cpu-pair18 built; only its
+    # header's Status changed since, so its diff is the one the pair recorded
+    pair = ROOT / "lab" / "results" / "cpu-dev" / "proof-cpu-pair18" / "B"
+    gpu = json.loads((ROOT / "lab" / "results" / "h100" / "perf-run11" / f"patchab_mmcv-{PATCH.stem}.json").read_text())
+    assert doc["patch_sha256"] == gpu["patch_sha256"] == built_files(pair)[f"mmcv/{PATCH.name}"]
+    assert json.loads((pair / "proposed_diffs.json").read_text())["diff_sha256"][f"mmcv/{PATCH.name}"] == \
+        diff_sha256(PATCH.read_text()), "0017's diff changed since its A/Bs"
     assert doc["device"] == "cpu" and doc["installed_carries_patch"] is False
     same = doc["same"]["nms"]
     assert same["cases"] == 1000 and same["identical"] and same["n_differing"] == 0
