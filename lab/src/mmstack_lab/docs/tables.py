@@ -1014,11 +1014,27 @@ def _pair_cpu(pair: str) -> str:
     return f"{a:,.1f} -> {b:,.1f} CPU-s, {b / a:.3f}"
 
 
+_R12_NMS = "h100/perf-run12/ops_nms_sm90.json"  # nms, its compiled op alone and torchvision's (issue 43 item 2)
+
+
+def _nms_row(doc: Doc, op: str, n: int) -> dict:
+    (row,) = [r for r in doc["ops"] if r["op"] == op and r["shape"] == f"{n} boxes, iou 0.5"]
+    return row
+
+
+def _nms_alone(doc: Doc) -> str:
+    r = _nms_row(doc, "nms_indices", 100)
+    return f"{r['mmcv_us']:.1f} µs against torchvision's {r['torchvision_us']:.1f} µs ({r['ratio_tv_over_mmcv']:.2f}×)"
+
+
 _E2E_310 = "cpu-dev/e2e_py310_noarch_job.json"  # tests/test_build_e2e.py -k python_min's noarch job (issue 42)
 
 
 VALUES: dict[str, Value] = {
     "cb-build-seconds": Value(_CB, "build_seconds"),
+    "h100-nms-alone-100": Value(_R12_NMS, compute=_nms_alone),
+    "h100-nms-api-extra-100": Value(_R12_NMS, compute=lambda d: "{:.0f} µs".format(
+        _nms_row(d, "nms", 100)["mmcv_us"] - _nms_row(d, "nms_indices", 100)["mmcv_us"])),
     "cpu-pair16-build-cpu": Value(f"{_PAIR16}/B/build_time_sm90.json", compute=lambda _d: _pair_cpu(_PAIR16)),
     "cb-rattler-seconds": Value(_CB, "rattler_build_seconds"),
     "cb-ext-bytes": Value(_CB, "packages.conda_build.ext_size", spec="{:,}"),
