@@ -13,17 +13,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from support.gpu_entry import built_files, diff_sha256
+from support.gpu_entry import built_files, check_pair_tested, diff_sha256
 
 ROOT = Path(__file__).resolve().parents[2]
 PATCH = ROOT / "recipes" / "mmcv" / "patches" / "0016-cuda-helper-fewer-aten-includes.patch"
 PAIR = ROOT / "lab" / "results" / "cpu-dev" / "proof-cpu-pair16"
 RUN = ROOT / "lab" / "results" / "h100" / "perf-run10"
 KEY = "mmcv/0016-cuda-helper-fewer-aten-includes.patch"
-
-
-def _shas(listing: Path) -> dict[str, str]:
-    return {name: sha for sha, name in (line.split() for line in listing.read_text().splitlines())}
 
 
 def test_the_pair_built_this_very_diff_and_both_recipes_list_it():
@@ -36,18 +32,7 @@ def test_the_pair_built_this_very_diff_and_both_recipes_list_it():
 
 
 def test_the_gpu_run_tested_the_package_b_built():
-    (mmcv,) = [p for p in _shas(PAIR / "B" / "packages.sha256") if p.startswith("mmcv-")]
-    seeded = {s["file"]: s for s in json.loads((RUN / "seeded.json").read_text())}
-    assert seeded[mmcv]["sha256"] == _shas(PAIR / "B" / "packages.sha256")[mmcv]
-    assert seeded[mmcv]["from"] == "proposed"
-    # A, the recipe without 0016, made a package of the same name with other bytes: the sha256 decides
-    assert _shas(PAIR / "A" / "packages.sha256")[mmcv] != seeded[mmcv]["sha256"]
-    status = (RUN / "STATUS").read_text()
-    assert f"test {mmcv} rc=0" in status and "verify sm90 rc=0" in status
-    doc = json.loads((RUN / "test_mmcv_cuda130_sm90.json").read_text())
-    assert doc["passed"] is True
-    (upstream,) = [t for t in doc["packages"][0]["test_results"] if t["kind"] == "upstream-tests"]
-    assert upstream["counts"]["failed"] == 0 and upstream["counts"]["error"] == 0 and upstream["counts"]["passed"] > 200
+    check_pair_tested(PAIR, RUN)
 
 
 def test_b_took_less_build_cpu_than_a():

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from support.gpu_entry import built_files, diff_sha256
+from support.gpu_entry import built_files, check_pair_tested, diff_sha256
 
 ROOT = Path(__file__).resolve().parents[2]
 PAIR = ROOT / "lab" / "results" / "cpu-dev" / "proof-cpu-pair18"
@@ -22,10 +22,6 @@ PATCHES = {"mmcv/0017-batched-nms-dets-once.patch": ["tests/test_ops/test_nms.py
            "mmcv/0018-own-torch-cuda-units-fewer-includes.patch": [
                f"tests/test_ops/test_{n}.py" for n in ("spconv", "upfirdn2d", "bias_act", "filtered_lrelu", "psa_mask",
                                                        "scatter_points", "fused_bias_leakyrelu", "ms_deformable_attn")]}
-
-
-def _shas(listing: Path) -> dict[str, str]:
-    return {name: sha for sha, name in (line.split() for line in listing.read_text().splitlines())}
 
 
 def _patch(key: str) -> Path:
@@ -45,16 +41,7 @@ def test_b_built_these_very_diffs():
 
 
 def test_the_gpu_run_tested_the_package_b_built_and_the_changed_launchers_tests_passed():
-    (mmcv,) = [p for p in _shas(PAIR / "B" / "packages.sha256") if p.startswith("mmcv-")]
-    seeded = {s["file"]: s for s in json.loads((RUN / "seeded.json").read_text())}
-    assert seeded[mmcv]["sha256"] == _shas(PAIR / "B" / "packages.sha256")[mmcv] and seeded[mmcv]["from"] == "proposed"
-    assert _shas(PAIR / "A" / "packages.sha256")[mmcv] != seeded[mmcv]["sha256"]
-    status = (RUN / "STATUS").read_text()
-    assert f"test {mmcv} rc=0" in status and "verify sm90 rc=0" in status
-    doc = json.loads((RUN / "test_mmcv_cuda130_sm90.json").read_text())
-    assert doc["passed"] is True
-    (upstream,) = [t for t in doc["packages"][0]["test_results"] if t["kind"] == "upstream-tests"]
-    assert upstream["counts"]["failed"] == 0 and upstream["counts"]["error"] == 0 and upstream["counts"]["passed"] > 200
+    upstream = check_pair_tested(PAIR, RUN)
     for files in PATCHES.values():
         for f in files:
             assert upstream["by_file"][f].get("passed", 0) > 0 and not upstream["by_file"][f].get("failed"), f
