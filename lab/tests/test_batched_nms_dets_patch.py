@@ -1,13 +1,14 @@
-"""Issue 43 item 2: proposed mmcv patch 0017 makes batched_nms's dets once (one index_select of
+"""Issue 43 item 2: mmcv patch 0017 makes batched_nms's dets once (one index_select of
 cat((boxes, scores)) after nms's kept indices) where the released code let nms make the dets of the
 offset boxes and then indexed and concatenated again: two kernels where four ran, at batched_nms's
 fixed cost per call, where mmcv trailed torchvision at 100 boxes.
 
-It waits in recipes/mmcv/proposed/ for its GPU run. Here: the header says what, why and how to time
-it; it applies after the recipe's patches without fuzz and leaves every other path as released; and
-with the e2e build's real mmcv (CPU kernels) released and patched return the same for 400 random
-cases of mmstack_lab.ops.nms_cases, while a fast path that makes dets of the offset boxes is caught
-(so the cases do reach it). The committed CPU A/B ran the 1,000 cases and upstream's test_nms.py.
+It entered the recipe after its GPU runs (lab/results/h100/perf-run11 and 12). Here: the header says
+what, why and how to time it; it applies after the recipe's patches before it without fuzz and leaves
+every other path as released; and with the e2e build's real mmcv (CPU kernels, 0017 in it) released
+(the overlay reverses it) and patched return the same for 400 random cases of
+mmstack_lab.ops.nms_cases, while a fast path that makes dets of the offset boxes is caught (so the
+cases do reach it). The committed CPU A/B ran the 1,000 cases and upstream's test_nms.py.
 """
 
 from __future__ import annotations
@@ -24,14 +25,14 @@ from mmstack_lab.ops import patch_ab
 from mmstack_lab.standin.offline import patched_sdist
 
 ROOT = Path(__file__).resolve().parents[2]
-PATCH = ROOT / "recipes" / "mmcv" / "proposed" / "0017-batched-nms-dets-once.patch"
+PATCH = ROOT / "recipes" / "mmcv" / "patches" / "0017-batched-nms-dets-once.patch"
 CPU_AB = ROOT / "lab" / "results" / "cpu-dev" / "patchab_mmcv-0017-batched-nms-dets-once.json"
 FAST = "        dets = torch.cat((boxes, scores.reshape(-1, 1)),\n                         dim=1).index_select(0, keep)"
 
 
 def test_header_says_what_why_status_and_how_to_time_it():
     head = PATCH.read_text().split("\n--- a/", 1)[0]
-    for key in ("What:", "Why:", "How:", "Status: proposed", "Upstream:"):
+    for key in ("What:", "Why:", "How:", "Status: in the recipe after its GPU runs", "Upstream:"):
         assert key in head, key
     assert patch_ab.header_args(PATCH) == ["--ops", "nms,batched_nms", "--same", "nms", "--tests",
                                            "tests/test_ops/test_nms.py"]
@@ -39,8 +40,9 @@ def test_header_says_what_why_status_and_how_to_time_it():
 
 @pytest.mark.skipif(shutil.which("patch") is None, reason="GNU patch is not installed")
 def test_0017_applies_after_the_recipes_patches_and_keeps_every_other_path(tmp_path):
-    work = patched_sdist("mmcv", tmp_path)  # the recipe's patches in order, --fuzz=0
-    subprocess.run(["patch", "-p1", "-s", "--fuzz=0", "-d", str(work), "-i", str(PATCH)], check=True)
+    work = patched_sdist("mmcv", tmp_path)  # the recipe's patches in order, --fuzz=0, 0017 among them
+    for recipe in ("recipe.yaml", "meta.yaml"):
+        assert f"patches/{PATCH.name}" in (ROOT / "recipes" / "mmcv" / recipe).read_text(), recipe
     text = (work / "mmcv" / "ops" / "nms.py").read_text()
     compile(text, "nms.py", "exec")
     batched = text[text.index("def batched_nms("):text.index("def nms_match(")]
@@ -80,16 +82,20 @@ def test_the_committed_cpu_ab_is_of_this_file_and_found_the_same():
 
 def test_0017_returns_what_the_released_batched_nms_returns_on_the_cpu(real_mmcv_python, tmp_path):
     over = patch_ab.overlay(PATCH, tmp_path / "overlay", real_mmcv_python)
-    assert over.side == "patched"  # proposed: the installed package is the released side
+    assert over.side == "released"  # the recipe's package carries 0017: the overlay reverses it
     doc = patch_ab.same(real_mmcv_python, over, "cpu", ["nms"], 400)["nms"]
     assert doc["identical"] and doc["n_differing"] == 0, doc["differing_cases"]
     assert doc["summary"]["patched"] == doc["summary"]["released"]
     assert doc["summary"]["patched"]["batched_nms"] > 100
 
     # a fast path that makes dets of the offset boxes returns something else: the cases reach it
-    nms_py = over.path / "mmcv" / "ops" / "nms.py"
+    # (the released overlay with 0017 applied again, broken, against the released overlay)
+    broken = tmp_path / "broken"
+    shutil.copytree(over.path, broken, symlinks=True)
+    subprocess.run(["patch", "-p1", "-s", "--forward", "-d", str(broken), "-i", str(PATCH)], check=True)
+    nms_py = broken / "mmcv" / "ops" / "nms.py"
     text = nms_py.read_text()
     assert text.count(FAST) == 1
     nms_py.write_text(text.replace(FAST, FAST.replace("(boxes, scores", "(boxes_for_nms, scores")))
-    caught = patch_ab.same(real_mmcv_python, over, "cpu", ["nms"], 100)["nms"]
+    caught = patch_ab.same(real_mmcv_python, patch_ab.Overlay(broken, "patched", over.path), "cpu", ["nms"], 100)["nms"]
     assert not caught["identical"] and caught["n_differing"] > 3

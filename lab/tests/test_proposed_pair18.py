@@ -1,11 +1,13 @@
-"""Issue 43 items 2 and 3: proposed mmcv 0017 (batched_nms makes its dets once) and 0018 (the .cu units
-with their own torch includes include what they use) were built into the recipe's sm_90 package together
+"""Issue 43 items 2 and 3: mmcv 0017 (batched_nms makes its dets once) and 0018 (the .cu units with their
+own torch includes include what they use) were built into the recipe's sm_90 package together
 (lab/results/cpu-dev/proof-cpu-pair18/B, beside A without them, at the same time), and that very package
-passed its whole test section on an H100 (lab/results/h100/perf-run12, which seeded it by sha256).
+passed its whole test section on an H100 (lab/results/h100/perf-run12, which seeded it by sha256); then
+both entered the recipe.
 
 Here the chain of evidence is checked from the committed results: the build ran these very diffs (the
-headers changed after), the GPU run seeded the package B made and its test section, with the test files
-of the changed launchers, and the installed ladder passed there, and B took less CPU than A.
+headers changed after), both recipes list them after 0016, the GPU run seeded the package B made and its
+test section, with the test files of the changed launchers, and the installed ladder passed there, and B
+took less CPU than A.
 """
 
 from __future__ import annotations
@@ -38,6 +40,15 @@ def test_b_built_these_very_diffs():
         assert key in built_files(PAIR / "B")
         assert diffs[key] == diff_sha256(_patch(key).read_text()), f"{key} changed since the pair was built"
     assert not (PAIR / "A" / "proposed.txt").exists()  # A is the recipe as it was
+
+
+def test_both_recipes_list_them_after_0016_and_none_waits_in_proposed():
+    listed = "".join(f"      - patches/{key.split('/')[1]}\n" for key in PATCHES)
+    for recipe in ("recipe.yaml", "meta.yaml"):
+        text = (ROOT / "recipes" / "mmcv" / recipe).read_text()
+        assert "      - patches/0016-cuda-helper-fewer-aten-includes.patch\n" + listed in text, recipe
+    for key in PATCHES:
+        assert _patch(key).parent.name == "patches", key
 
 
 def test_the_gpu_run_tested_the_package_b_built_and_the_changed_launchers_tests_passed():

@@ -35,7 +35,7 @@ def test_header_says_what_why_status_and_how_to_time_it():
     for key in ("What:", "Why:", "Status: proposed", "Upstream:", "after recipes/mmdet/patches 0001-0009"):
         assert key in head, key
     assert patch_ab.header_args(PATCH) == ["--package", "mmdet", "--ops", "", "--detector", "8", "--detector-processes",
-                                           "6", "--same", "rpn_targets", "--cases", "60"]
+                                           "20", "--same", "rpn_targets", "--cases", "60"]
 
 
 @pytest.mark.skipif(shutil.which("patch") is None, reason="GNU patch is not installed")
@@ -84,3 +84,20 @@ def test_on_the_cpu_the_released_code_runs_and_the_forced_batched_path_agrees(re
     released = patch_ab._child([real_mmcv_python, "-m", "mmstack_lab.detector.rpn_loss_forced", "--cases", "1"],
                                "released", over, timeout=300)
     assert released.returncode != 0 and "no AnchorHead._losses_batched" in released.stderr
+
+
+def test_the_gpu_run_of_this_file_found_the_same_results_and_no_resolved_gain_so_it_waits():
+    """lab/results/h200/perf-run13: this very file against the installed build 4 on CUDA: the same
+    targets, losses and gradients in 60 cases, and 20 ABBA process pairs at batch 8 whose interval
+    spans 1; a patch whose gain is not shown stays in proposed/."""
+    doc = json.loads((ROOT / "lab" / "results" / "h200" / "perf-run13" / f"patchab_mmdet-{PATCH.stem}.json").read_text())
+    assert doc["patch_sha256"] == hashlib.sha256(PATCH.read_bytes()).hexdigest()
+    assert doc["device"] == "cuda" and doc["installed_carries_patch"] is False
+    same = doc["same"]["rpn_targets"]
+    assert same["cases"] == 60 and same["identical"] and same["n_differing"] == 0
+    (row,) = doc["detector_processes"]
+    assert row["batch_size"] == 8 and len(row["pairs"]) == 20
+    assert all(p["released_losses_finite"] and p["patched_losses_finite"] for p in row["pairs"])
+    low, high = row["ratio_median_ci95"]
+    assert low < 1.0 < high and row["verdict"].startswith("not resolved")
+    assert PATCH.parent.name == "proposed"

@@ -314,6 +314,27 @@ def _ops_full(docs: list[Doc]) -> Body:
     return header + (["before: torchvision / mmcv"] if before is not None else []), rows
 
 
+_SAME_WORK = (("nms", "mmcv: dets and indices; torchvision: indices"),
+              ("nms_indices", "kept indices, both (mmcv's compiled op alone)"),
+              ("nms_dets", "dets and indices, both"),
+              ("batched_nms", "mmcv: dets and indices; torchvision: indices"),
+              ("batched_nms_dets", "dets and indices, both"))
+
+
+def _nms_same_work(docs: list[Doc]) -> Body:
+    """bench_ops' nms rows at 100 and 1,000 boxes: the API against torchvision's, and each at the same
+    work (the compiled op alone against torchvision's nms; the API against torchvision's followed by the
+    same dets)."""
+    by = {(o["op"], o["shape"]): o for o in docs[0]["ops"]}
+    rows = []
+    for n in (100, 1000):
+        for op, returns in _SAME_WORK:
+            o = by[(op, f"{n} boxes, 80 classes, iou 0.5" if op.startswith("batched") else f"{n} boxes, iou 0.5")]
+            rows.append([op, f"{n:,}", returns, f"{o['mmcv_us']:,.1f}", f"{o['torchvision_us']:,.1f}",
+                         f"{o['ratio_tv_over_mmcv']:.2f}"])
+    return ["row", "boxes", "what each side returns", "mmcv µs", "torchvision µs", "torchvision / mmcv"], rows
+
+
 _BATCHES = ("2", "8", "16")
 _P10, _P3 = "0010-roi-align-half-backward-in-float", "0003-randperm-on-the-gallerys-device"
 _P11 = "0011-deform-conv-half-backward-in-float"
@@ -890,6 +911,7 @@ TABLES: dict[str, Table] = {
     "detector-processes": Table(sources=[f for _, f in _PROCESSES], build=_detector_processes),
     "detector-ops": Table(sources=[f for _, f in _DETECTOR_OPS], build=_detector_ops),
     "detector-ops-gpu": Table(sources=[f for _, f in _DETECTOR_OPS_GPU], build=_detector_ops),
+    "h200-nms-same-work": Table(sources=["h200/perf-run14/ops_nms_sm90.json"], build=_nms_same_work),
     "h100-patchab-nms": Table(sources=[f"h100/perf-run2/patchab_mmcv-{_P14}.json"], build=_patch_ab_times),
     "h100-patchab-detector": Table(sources=[f"h100/perf-run1/patchab_mmdet-{_P5}.json"], build=_patch_ab_detector),
     "h200-detector-stages": Table(sources=[f"h200/recipe-run6/stages_bs{bs}_sm90.json" for bs in _BATCHES],
@@ -1014,27 +1036,11 @@ def _pair_cpu(pair: str) -> str:
     return f"{a:,.1f} -> {b:,.1f} CPU-s, {b / a:.3f}"
 
 
-_R12_NMS = "h100/perf-run12/ops_nms_sm90.json"  # nms, its compiled op alone and torchvision's (issue 43 item 2)
-
-
-def _nms_row(doc: Doc, op: str, n: int) -> dict:
-    (row,) = [r for r in doc["ops"] if r["op"] == op and r["shape"] == f"{n} boxes, iou 0.5"]
-    return row
-
-
-def _nms_alone(doc: Doc) -> str:
-    r = _nms_row(doc, "nms_indices", 100)
-    return f"{r['mmcv_us']:.1f} µs against torchvision's {r['torchvision_us']:.1f} µs ({r['ratio_tv_over_mmcv']:.2f}×)"
-
-
 _E2E_310 = "cpu-dev/e2e_py310_noarch_job.json"  # tests/test_build_e2e.py -k python_min's noarch job (issue 42)
 
 
 VALUES: dict[str, Value] = {
     "cb-build-seconds": Value(_CB, "build_seconds"),
-    "h100-nms-alone-100": Value(_R12_NMS, compute=_nms_alone),
-    "h100-nms-api-extra-100": Value(_R12_NMS, compute=lambda d: "{:.0f} µs".format(
-        _nms_row(d, "nms", 100)["mmcv_us"] - _nms_row(d, "nms_indices", 100)["mmcv_us"])),
     "cpu-pair16-build-cpu": Value(f"{_PAIR16}/B/build_time_sm90.json", compute=lambda _d: _pair_cpu(_PAIR16)),
     "cb-rattler-seconds": Value(_CB, "rattler_build_seconds"),
     "cb-ext-bytes": Value(_CB, "packages.conda_build.ext_size", spec="{:,}"),

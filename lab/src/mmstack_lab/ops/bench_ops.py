@@ -31,8 +31,13 @@ def _timer(device):
     return run
 
 
-def bench(device: str, repeats: int, iters: int, *, full: bool = False, only: set[str] | None = None) -> list[dict]:
-    """Issue 8's rows; with `full`, issue 24's side-by-side set (see `_full`); `only`: these ops."""
+def bench(device: str, repeats: int, iters: int, *, full: bool = False, only: set[str] | None = None,
+          paired: bool = False, nms_sizes: tuple[int, ...] | None = None) -> list[dict]:
+    """Issue 8's rows; with `full`, issue 24's side-by-side set (see `_full`); `only`: these ops.
+
+    `paired`: each row's two sides take turns, `repeats` pairs of timings (the side timed first alternating,
+    ABBA), so the machine's drift falls on both; the row adds the pairs' torchvision/mmcv ratios, their median
+    and its 95% interval. `nms_sizes`: the box counts of --full's nms rows (default: 100 to 100k on CUDA)."""
     import torch
     from mmcv import ops
 
@@ -48,6 +53,10 @@ def bench(device: str, repeats: int, iters: int, *, full: bool = False, only: se
         if only and name not in only:
             return
         row = {"op": name, "shape": shape, "dtype": dtype, "pass": passes}
+        if paired and tv is not None and tvops is not None:
+            row.update(_paired(mm, tv, iters, repeats, device))
+            rows.append(row)
+            return
         try:
             row["mmcv_us"] = run(mm, iters, repeats)
         except (RuntimeError, NotImplementedError) as exc:  # a dtype the op does not take on this device
@@ -61,7 +70,7 @@ def bench(device: str, repeats: int, iters: int, *, full: bool = False, only: se
         rows.append(row)
 
     if full:
-        _full(add, ops, tvops, device)
+        _full(add, ops, tvops, device, nms_sizes)
         return rows
 
     torch.manual_seed(0)
@@ -100,12 +109,42 @@ def bench(device: str, repeats: int, iters: int, *, full: bool = False, only: se
     return rows
 
 
-def _full(add, ops, tvops, device: str) -> None:
+def tv_nms_dets(tvops, boxes, scores, iou_threshold: float, idxs=None):
+    """torchvision's nms (its batched_nms with `idxs`) with what `mmcv.ops.nms` (`batched_nms`) returns
+    besides the indices: the kept rows of boxes and scores, (k, 5), made as mmcv makes them (one cat, one
+    index_select)."""
+    import torch
+
+    keep = tvops.nms(boxes, scores, iou_threshold) if idxs is None else tvops.batched_nms(boxes, scores, idxs, iou_threshold)
+    return torch.cat((boxes, scores.reshape(-1, 1)), dim=1).index_select(0, keep), keep
+
+
+def _paired(mm, tv, iters: int, repeats: int, device: str) -> dict:
+    """`repeats` ABBA pairs of timings (µs per call): each side's median, the ratio of medians as unpaired
+    rows give it, and the pairs' torchvision/mmcv ratios with their median's 95% interval."""
+    from mmstack_lab.detector.bench_detector import ratio_summary
+
+    warm_up(mm)
+    warm_up(tv)
+    pairs = []
+    for i in range(repeats):
+        order = (("mmcv", mm), ("torchvision", tv)) if i % 2 == 0 else (("torchvision", tv), ("mmcv", mm))
+        pair = {side: per_call_us(fn, iters, device) for side, fn in order}
+        pair["ratio"] = pair["torchvision"] / pair["mmcv"]
+        pairs.append(pair)
+    mm_us = statistics.median(p["mmcv"] for p in pairs)
+    tv_us = statistics.median(p["torchvision"] for p in pairs)
+    return {"mmcv_us": mm_us, "torchvision_us": tv_us, "ratio_tv_over_mmcv": tv_us / mm_us, "pairs": pairs,
+            **ratio_summary([p["ratio"] for p in pairs])}
+
+
+def _full(add, ops, tvops, device: str, nms_sizes: tuple[int, ...] | None = None) -> None:
     """Issue 24: every mmcv op torchvision also has, at the sizes detectors use, fp32 and fp16.
 
     nms and batched_nms (80 classes) at 100 to 100k boxes (mmcv's nms also returns the kept boxes
     with their scores: `mmcv.ops.nms` as users call it), and nms_indices: the compiled op alone
-    (`ext_module.nms`, kept indices, what torchvision's nms returns); roi_align (7x7 box head, 14x14 mask head)
+    (`ext_module.nms`, kept indices, what torchvision's nms returns), and nms_dets / batched_nms_dets:
+    `mmcv.ops.nms` / `batched_nms` against torchvision's followed by the same dets (`tv_nms_dets`); roi_align (7x7 box head, 14x14 mask head)
     and roi_pool, forward and forward+backward; deform_conv2d and modulated_deform_conv2d (DCNv2:
     torchvision's deform_conv2d with a mask) forward and forward+backward; box
     IoU (mmcv's bbox_overlaps, torchvision's box_iou); sigmoid focal loss (mmcv takes class
@@ -117,7 +156,7 @@ def _full(add, ops, tvops, device: str) -> None:
 
     nms_ext = importlib.import_module("mmcv.ops.nms").ext_module  # `mmcv.ops.nms` the name is the function
     torch.manual_seed(0)
-    sizes = (100, 1000, 10000, 100000) if device == "cuda" else (100, 1000)
+    sizes = nms_sizes or ((100, 1000, 10000, 100000) if device == "cuda" else (100, 1000))
     for n in sizes:
         b, s = random_boxes(n, 2, device)
         idx = torch.randint(0, 80, (n,), device=device)
@@ -129,6 +168,13 @@ def _full(add, ops, tvops, device: str) -> None:
         # the same work as torchvision's nms: the compiled op mmcv's nms calls, kept indices only
         add("nms_indices", f"{n} boxes, iou 0.5", lambda b=b, s=s: nms_ext.nms(b, s, iou_threshold=0.5, offset=0),
             (lambda b=b, s=s: tvops.nms(b, s, 0.5)) if tvops else None)
+        # the same work as mmcv's batched_nms: torchvision's, then the kept rows' dets made as mmcv makes them
+        add("batched_nms_dets", f"{n} boxes, 80 classes, iou 0.5",
+            lambda b=b, s=s, i=idx: ops.batched_nms(b, s, i, {"type": "nms", "iou_threshold": 0.5}),
+            (lambda b=b, s=s, i=idx: tv_nms_dets(tvops, b, s, 0.5, idxs=i)) if tvops else None)
+        # the same work as mmcv's nms: torchvision's kept indices, then the kept rows' dets made as mmcv makes them
+        add("nms_dets", f"{n} boxes, iou 0.5", lambda b=b, s=s: ops.nms(b, s, 0.5),
+            (lambda b=b, s=s: tv_nms_dets(tvops, b, s, 0.5)) if tvops else None)
 
     dtypes = (torch.float32, torch.float16) if device == "cuda" else (torch.float32,)
     feat_side = 200 if device == "cuda" else 50
@@ -203,11 +249,21 @@ def main() -> None:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--full", action="store_true", help="issue 24's set: every op torchvision also has, sizes, fp32/fp16")
     ap.add_argument("--only", default="", help="comma-separated op names: time only these rows")
+    ap.add_argument("--paired", action="store_true",
+                    help="the sides take turns, --repeats ABBA pairs a row, with the ratio's 95%% interval")
+    ap.add_argument("--nms-sizes", default="", help="comma-separated box counts for --full's nms rows, e.g. 100,1000")
     args = ap.parse_args()
     only = {x for x in args.only.split(",") if x} or None
-    rows = bench(args.device, args.repeats, args.iters, full=args.full, only=only)
+    try:
+        nms_sizes = tuple(int(x) for x in args.nms_sizes.split(",") if x) or None
+    except ValueError:
+        nms_sizes = None
+    if args.nms_sizes and (not nms_sizes or min(nms_sizes) < 1):
+        ap.exit(2, f"bench_ops: --nms-sizes {args.nms_sizes!r}: give positive box counts, e.g. 100,1000\n")
+    rows = bench(args.device, args.repeats, args.iters, full=args.full, only=only, paired=args.paired,
+                 nms_sizes=nms_sizes)
     if args.json:
-        print(json.dumps({"device": args.device, "repeats": args.repeats, "iters": args.iters,
+        print(json.dumps({"device": args.device, "repeats": args.repeats, "iters": args.iters, "paired": args.paired,
                           "set": "full" if args.full else "issue 8", "ops": rows}, indent=2))
         return
     print(f"{'op':<22}{'shape':<50}{'dtype':<9}{'pass':<18}{'mmcv us':>10}{'tv us':>10}{'tv/mmcv':>9}")

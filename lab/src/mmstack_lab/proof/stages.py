@@ -341,8 +341,18 @@ def _patchab(r: Run) -> int:
         if r.patchab_only and not any(n.startswith(f"{only}-") or n == only for only in r.patchab_only):
             continue
         rc_all = _lab(r, f"patchab_{n}", "mmstack_lab.ops.patch_ab", "--patch", str(p), "--device", "cuda", "--upstream",
-                      str(r.carry / "sdist" / "mmcv-2.2.0.github.tar.gz"), "--json", timeout=600) or rc_all
+                      str(r.carry / "sdist" / "mmcv-2.2.0.github.tar.gz"), "--json", timeout=_patchab_timeout(p)) or rc_all
     return rc_all
+
+
+def _patchab_timeout(patch: Path) -> int:
+    """600 s, and a minute more for each detector process pair the candidate's header asks for (a pair is two
+    fresh children of ~25 s each on an H100)."""
+    from mmstack_lab.ops.patch_ab import header_args
+
+    args = header_args(patch)
+    pairs = int(args[args.index("--detector-processes") + 1]) if "--detector-processes" in args else 0
+    return 600 + 60 * pairs
 
 
 def _detprocs(r: Run) -> int:
@@ -389,10 +399,17 @@ STAGES_GPU = (
           timeout=400), needs=("install90",), outputs=("nms_anatomy.json",), docs="h200-nms-anatomy"),
     Stage("patchab", "gpu", "each Python-level candidate patch (recipes/*/proposed with a patch_ab: line) against "
           "the installed sm_90 mmcv", _patchab, needs=("install90",), outputs=("patchab_*.json",)),
-    Stage("opsnms", "gpu", "nms, its compiled op alone (kept indices) and batched_nms against torchvision, 100 to 100k boxes",
+    Stage("opsnms", "gpu", "nms, its compiled op alone (kept indices), nms and batched_nms against "
+          "torchvision's, also with the same dets, 100 to 100k boxes",
           lambda r: _lab(r, "ops_nms_sm90", "mmstack_lab.ops.bench_ops", "--device", "cuda", "--full", "--only",
-                         "nms,nms_indices,batched_nms", "--json", timeout=240),
+                         "nms,nms_indices,nms_dets,batched_nms,batched_nms_dets", "--json", timeout=300),
           needs=("install90",), outputs=("ops_nms_sm90.json",)),
+    Stage("opsnmsci", "gpu", "nms and batched_nms at 100 and 1,000 boxes against torchvision's (also with the same "
+          "dets, and the compiled op alone): 21 ABBA pairs a row, the ratio's 95% interval",
+          lambda r: _lab(r, "ops_nms_paired_sm90", "mmstack_lab.ops.bench_ops", "--device", "cuda", "--full", "--only",
+                         "nms,nms_indices,nms_dets,batched_nms,batched_nms_dets", "--nms-sizes", "100,1000",
+                         "--paired", "--repeats", "21", "--json", timeout=300),
+          needs=("install90",), outputs=("ops_nms_paired_sm90.json",)),
     Stage("detops", "gpu", "what each detector stage dispatches and where the host waits, batch 2 and 8",
           lambda r: _lab(r, "detector_ops_bs2_sm90", "mmstack_lab.detector.detector_ops", "--device", "cuda",
                          "--batch-size", "2", "--json", timeout=240)

@@ -1,0 +1,55 @@
+"""Issue 43 item 2: nms at small n against torchvision's, at the same work. torchvision's nms returns the
+kept indices; mmcv.ops.nms (and batched_nms) also return the kept rows' dets. bench_ops times both ways:
+the compiled op alone against torchvision's nms (indices on both sides), and mmcv's API against
+torchvision's followed by the same dets (`tv_nms_dets`, made as mmcv makes them).
+
+The committed H200 run (lab/results/h200/perf-run14) timed the package the recipe now builds (0001-0018:
+the very package proof-cpu-pair18's B made, seeded by sha256, whose test section perf-run12 passed);
+here: that it is that package, that the install and ladder passed, and what the rows say at 100 and
+1,000 boxes.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+RUN = ROOT / "lab" / "results" / "h200" / "perf-run14"
+PAIR_B = ROOT / "lab" / "results" / "cpu-dev" / "proof-cpu-pair18" / "B"
+
+
+def _rows() -> dict[tuple[str, str], dict]:
+    return {(r["op"], r["shape"]): r for r in json.loads((RUN / "ops_nms_sm90.json").read_text())["ops"]}
+
+
+def test_the_run_timed_the_package_the_recipe_builds_now():
+    built = {name: sha for sha, name in (line.split() for line in (PAIR_B / "packages.sha256").read_text().splitlines())}
+    (mmcv,) = [p for p in built if p.startswith("mmcv-")]
+    seeded = {s["file"]: s["sha256"] for s in json.loads((RUN / "seeded.json").read_text())}
+    assert seeded[mmcv] == built[mmcv]
+    for name in ("0017-batched-nms-dets-once.patch", "0018-own-torch-cuda-units-fewer-includes.patch"):
+        assert f"patches/{name}" in (ROOT / "recipes" / "mmcv" / "recipe.yaml").read_text()
+    status = (RUN / "STATUS").read_text()
+    assert "verify sm90 rc=0" in status and "ops_nms_sm90 rc=0" in status
+    assert "H200" in (RUN / "machine.txt").read_text().splitlines()[0]
+
+
+def test_at_the_same_work_mmcv_is_ahead_at_100_and_1000_boxes():
+    rows = _rows()
+    for n in (100, 1000):
+        for op, shape in (("nms_indices", f"{n} boxes, iou 0.5"), ("nms_dets", f"{n} boxes, iou 0.5"),
+                          ("batched_nms_dets", f"{n} boxes, 80 classes, iou 0.5")):
+            assert rows[(op, shape)]["ratio_tv_over_mmcv"] > 1.0, (op, n)
+
+
+def test_the_same_work_rows_time_the_api_users_call():
+    """nms_dets and batched_nms_dets time mmcv's API itself: their mmcv side is the nms / batched_nms row's
+    call, so the two differ only by run-to-run noise, not by work."""
+    rows = _rows()
+    for n in (100, 1000):
+        for api, same in (("nms", "nms_dets"), ("batched_nms", "batched_nms_dets")):
+            shape = f"{n} boxes, iou 0.5" if api == "nms" else f"{n} boxes, 80 classes, iou 0.5"
+            a, b = rows[(api, shape)]["mmcv_us"], rows[(same, shape)]["mmcv_us"]
+            assert 0.8 < a / b < 1.25, (api, n, a, b)
+            assert rows[(same, shape)]["torchvision_us"] > rows[(api, shape)]["torchvision_us"] * 0.95
