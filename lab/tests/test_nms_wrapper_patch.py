@@ -59,7 +59,10 @@ def test_0014_applies_on_top_of_the_recipes_patches_without_fuzz(tmp_path):
     text = (work / "mmcv" / "ops" / "nms.py").read_text()
     nms_def = text[text.index("@_iou_thr_renamed\ndef nms("):text.index("def soft_nms(")]
     assert "dim=1).index_select(0, inds)" in nms_def and "boxes[inds]" not in nms_def
-    assert "NMSop.forward(None, boxes" in nms_def and "torch.jit.is_tracing()" in nms_def
+    # 0014's direct NMSop.forward call (torch.jit.trace keeps apply): in _nms_inds since 0017, which nms calls
+    inds_def = text[text.index("def _nms_inds("):text.index("@_iou_thr_renamed\ndef nms(")]
+    assert "inds = _nms_inds(boxes, scores, iou_threshold, offset, score_threshold," in nms_def
+    assert "NMSop.forward(None, boxes" in inds_def and "torch.jit.is_tracing()" in inds_def
     assert "valid_inds.index_select(0, inds)" in text and "bboxes[valid_mask]" not in text
     # the other ops keep mmengine's decorator; 0012's batched_nms change is still there
     assert "@deprecated_api_warning({'iou_thr': 'iou_threshold'})\ndef soft_nms(" in text
