@@ -5,14 +5,10 @@ sandbox tests and the installed ladder passed, and patch_ab.py measured it."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
-
-def diff_sha256(text: str) -> str:
-    """A patch's diff, from its first `--- a/` line: its header may be edited after the GPU run."""
-    return hashlib.sha256(text[text.index("\n--- a/") + 1:].encode()).hexdigest()
+from mmstack_lab.ops.patch_ab import diff_sha256
 
 
 def built_files(run: Path) -> dict[str, str]:

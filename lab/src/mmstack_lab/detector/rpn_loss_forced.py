@@ -23,6 +23,8 @@ import json
 import sys
 from pathlib import Path
 
+from mmstack_lab.ops.patch_ab import diff_sha256
+
 
 def _same(a, b) -> bool:
     import torch
@@ -99,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.patch:
         doc["patch"] = Path(args.patch).name
         doc["patch_sha256"] = hashlib.sha256(Path(args.patch).read_bytes()).hexdigest()
+        doc["patch_diff_sha256"] = diff_sha256(Path(args.patch).read_text())
     print(json.dumps(doc) if args.json else json.dumps(doc["summary"]))
     return 0
 

@@ -343,6 +343,11 @@ def detector(python: str, over: Overlay, device: str, batches: list[int], repeat
     return rows
 
 
+def diff_sha256(text: str) -> str:
+    """A patch's diff, from its first `--- a/` line: its header may be edited after the run that measured it."""
+    return hashlib.sha256(text[text.index("\n--- a/") + 1:].encode()).hexdigest()
+
+
 def header_args(patch: Path) -> list[str]:
     """A candidate names its own A/B in its header: a line `patch_ab: --ops ... --tests ...`."""
     import shlex
@@ -392,6 +397,7 @@ def main(argv: list[str] | None = None) -> int:
         over = overlay(args.patch, Path(tmp) / "overlay", python, args.package)
         result = {"what": f"released (installed) {args.package} against the same with a Python-level patch applied",
                   "package": args.package, "patch": args.patch.name, "patch_sha256": hashlib.sha256(args.patch.read_bytes()).hexdigest(),
+                  "patch_diff_sha256": diff_sha256(args.patch.read_text()),
                   "installed_carries_patch": over.side == "released", "device": args.device, "rounds": args.rounds, "repeats": args.repeats, "iters": args.iters}
         if over.base is not None:  # both sides without the recipe's later patches on the same files
             result["both_sides_without"] = [p.name for p in later_overlapping(args.patch)]
