@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from support.gpu_entry import package_shas
+
 ROOT = Path(__file__).resolve().parents[2]
 RUN = ROOT / "lab" / "results" / "h200" / "perf-run14"
 PAIR_B = ROOT / "lab" / "results" / "cpu-dev" / "proof-cpu-pair18" / "B"
@@ -24,7 +26,7 @@ def _rows() -> dict[tuple[str, str], dict]:
 
 
 def test_the_run_timed_the_package_the_recipe_builds_now():
-    built = {name: sha for sha, name in (line.split() for line in (PAIR_B / "packages.sha256").read_text().splitlines())}
+    built = package_shas(PAIR_B / "packages.sha256")
     (mmcv,) = [p for p in built if p.startswith("mmcv-")]
     seeded = {s["file"]: s["sha256"] for s in json.loads((RUN / "seeded.json").read_text())}
     assert seeded[mmcv] == built[mmcv]

@@ -86,7 +86,7 @@ def check_tested(run: Path, patch: Path, *, package_file: str) -> dict | None:
     return doc
 
 
-def _package_shas(listing: Path) -> dict[str, str]:
+def package_shas(listing: Path) -> dict[str, str]:
     """A build's packages.sha256 (`sha256sum` lines): file name -> sha256."""
     return {name: sha for sha, name in (line.split() for line in listing.read_text().splitlines())}
 
@@ -96,11 +96,11 @@ def check_pair_tested(pair: Path, run: Path) -> dict:
     `run` seeded B's very package (by sha256: A made one of the same name with other bytes), that its
     test section and the installed ladder passed there and upstream's tests had none failed; return
     that upstream-tests result (its by_file names the files that ran)."""
-    b = _package_shas(pair / "B" / "packages.sha256")
+    b = package_shas(pair / "B" / "packages.sha256")
     (mmcv,) = [p for p in b if p.startswith("mmcv-")]
     seeded = {s["file"]: s for s in json.loads((run / "seeded.json").read_text())}
     assert seeded[mmcv]["sha256"] == b[mmcv] and seeded[mmcv]["from"] == "proposed"
-    assert _package_shas(pair / "A" / "packages.sha256")[mmcv] != b[mmcv]
+    assert package_shas(pair / "A" / "packages.sha256")[mmcv] != b[mmcv]
     status = (run / "STATUS").read_text()
     assert f"test {mmcv} rc=0" in status and "verify sm90 rc=0" in status
     doc = json.loads((run / "test_mmcv_cuda130_sm90.json").read_text())

@@ -1031,21 +1031,29 @@ def _cb_upstream(doc: Doc) -> str:
 _PAIR16 = "cpu-dev/proof-cpu-pair16"  # the sm_90 build without (A) and with (B) mmcv 0016, side by side
 
 
-def _pair_cpu(pair: str, sides: tuple[str, str] = ("A", "B")) -> str:
+def _pair_seconds(pair: str, sides: tuple[str, str]) -> tuple[float, float]:
+    """A build pair's CPU seconds, without and with the patch."""
     a, b = (load(f"{pair}/{side}/build_time_sm90.json")["cpu_s"] for side in sides)
+    return a, b
+
+
+def _pair_cpu(pair: str, sides: tuple[str, str]) -> str:
+    a, b = _pair_seconds(pair, sides)
     return f"{a:,.1f} -> {b:,.1f} CPU-s, {b / a:.3f}"
 
 
-# the side-by-side pairs of issue 43 item 3, each the sm_90 build without and with the patches it adds:
-# 0015 (A, P), 0016 (A, B), 0018 with the Python-only 0017 (A, B)
-_BUILD_PAIRS = (("cpu-dev/proof-cpu-proposed90", ("A", "P")), (_PAIR16, ("A", "B")),
-                ("cpu-dev/proof-cpu-pair18", ("A", "B")))
+# the pairs of issue 43 item 3, each the sm_90 build without and with the patch it adds (docs value name ->
+# folder, the two sides): 0015 (A, P), 0016 (A, B), 0018 with the Python-only 0017 (A, B)
+_BUILD_PAIRS = {"cpu-pair15-build-cpu": ("cpu-dev/proof-cpu-proposed90", ("A", "P")),
+                "cpu-pair16-build-cpu": (_PAIR16, ("A", "B")),
+                "cpu-pair18-build-cpu": ("cpu-dev/proof-cpu-pair18", ("A", "B"))}
 
 
 def _pairs_chained(_doc: Doc) -> str:
     ratio = 1.0
-    for pair, (a, b) in _BUILD_PAIRS:
-        ratio *= load(f"{pair}/{b}/build_time_sm90.json")["cpu_s"] / load(f"{pair}/{a}/build_time_sm90.json")["cpu_s"]
+    for pair, sides in _BUILD_PAIRS.values():
+        a, b = _pair_seconds(pair, sides)
+        ratio *= b / a
     return f"{ratio:.3f} ({(1 - ratio) * 100:.1f}% less)"
 
 
@@ -1054,11 +1062,8 @@ _E2E_310 = "cpu-dev/e2e_py310_noarch_job.json"  # tests/test_build_e2e.py -k pyt
 
 VALUES: dict[str, Value] = {
     "cb-build-seconds": Value(_CB, "build_seconds"),
-    "cpu-pair16-build-cpu": Value(f"{_PAIR16}/B/build_time_sm90.json", compute=lambda _d: _pair_cpu(_PAIR16)),
-    "cpu-pair15-build-cpu": Value("cpu-dev/proof-cpu-proposed90/P/build_time_sm90.json",
-                                  compute=lambda _d: _pair_cpu("cpu-dev/proof-cpu-proposed90", ("A", "P"))),
-    "cpu-pair18-build-cpu": Value("cpu-dev/proof-cpu-pair18/B/build_time_sm90.json",
-                                  compute=lambda _d: _pair_cpu("cpu-dev/proof-cpu-pair18")),
+    **{name: Value(f"{pair}/{sides[1]}/build_time_sm90.json", compute=lambda _d, p=pair, s=sides: _pair_cpu(p, s))
+       for name, (pair, sides) in _BUILD_PAIRS.items()},
     "cpu-build-cpu-chained": Value("cpu-dev/proof-cpu-pair18/B/build_time_sm90.json", compute=_pairs_chained),
     "cb-rattler-seconds": Value(_CB, "rattler_build_seconds"),
     "cb-ext-bytes": Value(_CB, "packages.conda_build.ext_size", spec="{:,}"),
