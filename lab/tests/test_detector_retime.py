@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from mmstack_lab.common import pair_stats
 from mmstack_lab.detector import bench_detector
 from mmstack_lab.docs import tables
 from mmstack_lab.paths import child_env
@@ -73,7 +74,7 @@ def test_median_interval_is_the_binomial_order_statistics(n, k):
     """k-th from each end: the largest k with P(Binomial(n, 1/2) <= k - 1) <= 2.5% (n = 10: the
     2nd and 9th of 10, 97.9% coverage; n = 20: 6th and 15th; n = 30: 10th and 21st)."""
     values = [float(v) for v in range(n, 0, -1)]  # unsorted on purpose
-    ci = bench_detector.median_ci(values)
+    ci = pair_stats.median_ci(values)
     assert ci == (None if k is None else (float(k), float(n + 1 - k)))
 
 
@@ -115,7 +116,7 @@ def test_processes_results_pair_fresh_children_abba(path):
     ratios = [pair["ratio"] for pair in p["pairs"]]
     assert p["ratio_median_of_pairs"] == pytest.approx(statistics.median(ratios))
     assert (p["ratio_min"], p["ratio_max"]) == (min(ratios), max(ratios))
-    assert tuple(p["ratio_median_ci95"]) == bench_detector.median_ci(ratios)
+    assert tuple(p["ratio_median_ci95"]) == pair_stats.median_ci(ratios)
     for side in SIDES:
         s = p["sides"][side]
         assert s["iters_per_s_all"] == [pair[side] for pair in p["pairs"]]

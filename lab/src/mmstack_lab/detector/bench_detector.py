@@ -49,6 +49,7 @@ import sys
 import time
 
 from mmstack_lab.common.hostinfo import host
+from mmstack_lab.common.pair_stats import ratio_summary
 from mmstack_lab.detector import harness
 from mmstack_lab.detector.harness import require_stack, sync, td
 from mmstack_lab.paths import child_env
@@ -193,25 +194,6 @@ def _pair_ratios(pairs: list[dict]) -> dict:
     for pair in pairs:
         pair["ratio"] = pair["mmdet"] / pair["torchvision-matched"]
     return {"pairs": pairs, **ratio_summary([p["ratio"] for p in pairs])}
-
-
-def ratio_summary(ratios: list[float]) -> dict:
-    """Pair ratios' median, range and the median's 95% interval (None below 6 pairs)."""
-    ci = median_ci(ratios)
-    return {"ratio_median_of_pairs": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios),
-            "ratio_median_ci95": list(ci) if ci else None}
-
-
-def median_ci(values: list[float], confidence: float = 0.95) -> tuple[float, float] | None:
-    """A distribution-free interval for the median: order statistics x_(k) and x_(n+1-k), k the
-    largest with P(Binomial(n, 1/2) < k) <= (1 - confidence) / 2. None where n is too small
-    (n < 6 at 95%)."""
-    xs, n = sorted(values), len(values)
-    tail, k, below = (1 - confidence) / 2, 0, 0.0
-    while k < n // 2 and below + math.comb(n, k) / 2**n <= tail:
-        below += math.comb(n, k) / 2**n
-        k += 1
-    return (xs[k - 1], xs[n - k]) if k >= 1 else None
 
 
 def bench_processes(args, argv: list[str]) -> dict:

@@ -126,7 +126,7 @@ def tv_nms_dets(tvops, boxes, scores, iou_threshold: float, idxs=None):
 def _paired(mm, tv, iters: int, repeats: int, device: str) -> dict:
     """`repeats` ABBA pairs of timings (µs per call): each side's median, the ratio of medians as unpaired
     rows give it, and the pairs' torchvision/mmcv ratios with their median's 95% interval."""
-    from mmstack_lab.detector.bench_detector import ratio_summary
+    from mmstack_lab.common.pair_stats import ratio_summary
 
     warm_up(mm)
     warm_up(tv)

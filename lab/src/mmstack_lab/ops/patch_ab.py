@@ -283,7 +283,7 @@ def detector_processes(python: str, over: Overlay, device: str, batches: list[in
     each pair's patched / released ratio, their median and its distribution-free 95% interval. Two adjacent
     children share the host's drift, which the in-process design (each side's whole bench_detector, one after
     the other) does not cancel: on the H100 hosts torchvision itself moved 3-30% between its sides."""
-    from mmstack_lab.detector.bench_detector import ratio_summary
+    from mmstack_lab.common.pair_stats import ratio_summary
 
     rows = []
     for bs in batches:
