@@ -53,9 +53,9 @@ def test_one_package_per_row(rendered):
 
 
 @pytest.mark.parametrize("tag, pattern", [
-    ("cpu", r"cpu_py311_h[0-9a-f]{7}_0"),
-    ("sm89", r"cuda129_sm89_py311_h[0-9a-f]{7}_400"),
-    ("all", r"cuda130_all_py311_h[0-9a-f]{7}_100"),
+    ("cpu", r"cpu_py311_h[0-9a-f]{7}_1"),
+    ("sm89", r"cuda129_sm89_py311_h[0-9a-f]{7}_401"),
+    ("all", r"cuda130_all_py311_h[0-9a-f]{7}_101"),
 ])
 def test_build_strings_say_what_the_package_serves(rendered, tag, pattern):
     assert re.fullmatch(pattern, rendered[tag]["build"]["string"])
@@ -113,7 +113,7 @@ def test_cep46_the_per_generation_row_pins_cuda_arch_and_needs_cuda_arch(rendere
         req = rendered[tag]["requirements"]
         assert not [s for s in req["host"] + req["run"] if "cuda-arch" in s or "__cuda_arch" in s], tag
     numbers = {tag: r["build"]["number"] for tag, r in rendered.items()}
-    assert numbers["cpu"] < numbers["all"] < numbers["sm89"] == 400
+    assert numbers["cpu"] < numbers["all"] < numbers["sm89"] == 401
 
 
 @pytest.mark.parametrize("tag", ["cpu", "sm89", "all"])

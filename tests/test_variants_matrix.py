@@ -154,7 +154,9 @@ def test_cep46_rows_carry_cuda_arch_min_and_a_priority_that_ranks_them():
             assert v.arch_min == str(min(t.arch for t in v.targets)) and v.arch_list.endswith("+PTX")
     py311 = sorted((v.build_number, v.build_string_prefix) for v in m if v.python == "3.11")
     assert [p for _, p in py311][-6:] == [f"cuda129_sm{a}" for a in ("80", "86", "89", "90", "100", "120")]
-    assert py311[0] == (0, "cpu") and {n for n, p in py311 if p.endswith("_all")} == {100}
+    base = variants.recipe_build_number(CONFIG)  # recipes/mmcv/recipe.yaml's context build_number
+    assert py311[0] == (base, "cpu") and {n for n, p in py311 if p.endswith("_all")} == {base + 100}
+    assert {n - base for n, p in py311 if "_sm" in p} == {200, 300, 400, 500, 600, 700}
 
 
 @pytest.mark.parametrize("a100, a100_min, a100_priority, message", [

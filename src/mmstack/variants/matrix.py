@@ -26,6 +26,10 @@ REQUIRED_KEYS = ("python", "pytorch", "cuda_compiler_version", "mmcv_arch_list",
 # priority (build number + 100 x mmcv_priority). Optional; zipped with cuda_compiler_version when given.
 CEP46_KEYS = ("cuda_arch_min", "mmcv_priority")
 PRIORITY_STEP = 100
+# The recipe whose context holds the base build number (`build_number: N`, raised each time the package's
+# content changes at one version); meta.yaml mirrors it and tests/test_build_render.py compares both.
+RECIPE_FILE = Path("recipes/mmcv/recipe.yaml")
+_BASE_BUILD_NUMBER = re.compile(r"^  build_number: (\d+)\b", re.M)
 FAT_TAG = "all"
 CPU_TAG = "cpu"
 # The subdir a row builds for: conda_build_config.yaml keeps a row for one of them by its selector
@@ -54,13 +58,15 @@ class Variant:
     # install priority (mmcv_priority): build number = PRIORITY_STEP x priority; None without the key
     priority: int | None = None
     platform: str = PLATFORM  # the conda subdir the row builds for (linux-aarch64: cross-compiled on linux-64)
+    base_build_number: int = 0  # the recipe's context build_number (recipe_build_number)
 
     @property
     def build_number(self) -> int:
-        """The recipe's build number: 100 x priority where the row has one, else the fat +100 rule."""
+        """The recipe's build number: its base plus 100 x priority where the row has one, else plus the
+        fat +100 rule."""
         if self.priority is not None:
-            return PRIORITY_STEP * self.priority
-        return PRIORITY_STEP if self.arch_tag == FAT_TAG else 0
+            return self.base_build_number + PRIORITY_STEP * self.priority
+        return self.base_build_number + (PRIORITY_STEP if self.arch_tag == FAT_TAG else 0)
 
     @property
     def build_string_prefix(self) -> str:
@@ -142,7 +148,7 @@ class Variant:
 def serving_row(rows: list[Variant], cuda_arch: str | None) -> Variant | None:
     """The CUDA row a solver installs on a machine of this `__cuda_arch` (rows of one platform, of CUDA
     majors its driver takes): of those whose `__cuda_arch` requirement it meets (Variant.admits; the fat
-    row needs none), the highest build number (100 x mmcv_priority), of equals the oldest CUDA (the
+    row needs none), the highest build number (base + 100 x mmcv_priority), of equals the oldest CUDA (the
     lowest driver floor). The one model of the recipe's CEP 46 ranking; None where no CUDA row fits."""
     fits = [v for v in rows if v.cuda is not None and v.admits(cuda_arch)]
     if not fits:
@@ -189,7 +195,7 @@ def read_config(path: Path, target_platform: str = PLATFORM) -> list[dict]:
 
 
 def build_matrix(facts: Facts, combos: list[dict], *, source: str = CONFIG_FILE,
-                 target_platform: str = PLATFORM) -> list[Variant]:
+                 target_platform: str = PLATFORM, base_build_number: int = 0) -> list[Variant]:
     """Validate combinations against the facts; raise CheckFailed naming the first bad one. Every
     generation environment of `target_platform` (gpus.toml [[generation]] platform) must be served."""
     problems: list[str] = []
@@ -199,7 +205,7 @@ def build_matrix(facts: Facts, combos: list[dict], *, source: str = CONFIG_FILE,
         if isinstance(v, str):
             problems.append(v)
         else:
-            variants.append(dataclasses.replace(v, platform=target_platform))
+            variants.append(dataclasses.replace(v, platform=target_platform, base_build_number=base_build_number))
     if problems:
         raise CheckFailed(problems[0] + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""),
                           source=source, fix="edit the zipped rows so each CUDA version can build its arch set")
@@ -368,7 +374,23 @@ def _with_envs(facts: Facts, v: Variant) -> Variant:
 
 
 def load_matrix(facts: Facts, path: Path, target_platform: str = PLATFORM) -> list[Variant]:
-    return build_matrix(facts, read_config(path, target_platform), source=str(path), target_platform=target_platform)
+    return build_matrix(facts, read_config(path, target_platform), source=str(path), target_platform=target_platform,
+                        base_build_number=recipe_build_number(path))
+
+
+def recipe_build_number(config: Path) -> int:
+    """The base build number of the mmcv recipe beside a variant config (RECIPE_FILE under the config's
+    folder). A config with no recipe beside it (one checked alone) counts from 0; a recipe without the
+    field is BadInput."""
+    recipe = Path(config).parent / RECIPE_FILE
+    if not recipe.is_file():
+        return 0
+    found = _BASE_BUILD_NUMBER.findall(recipe.read_text(encoding="utf-8"))
+    if len(found) != 1:
+        raise BadInput(f"{'no' if not found else 'more than one'} context `build_number: N` line",
+                       source=f"{recipe}: context.build_number",
+                       fix="keep one `  build_number: N` under context: (the base the matrix adds 100 x mmcv_priority to)")
+    return int(found[0])
 
 
 def config_digest(path: Path) -> str:
@@ -401,7 +423,8 @@ def check_overrides(facts: Facts, path: Path, overrides: dict[str, str], *, env:
         if key in overrides and not _MINOR.fullmatch(overrides[key]):
             raise BadInput(f"{overrides[key]!r} is not a version like 3.12", source=f"{option} {key}",
                            fix=f"write it like {option} {key}=3.12" if key != "pytorch" else f"write it like {option} pytorch=2.13")
-    matrix = build_matrix(facts, combos, source=str(path), target_platform=target_platform)
+    matrix = build_matrix(facts, combos, source=str(path), target_platform=target_platform,
+                          base_build_number=recipe_build_number(path))
     rows = [v for v in matrix if env in (None, "all") or env in v.envs]
     for row in rows:
         combo = {**row.variant_keys(), **{k: v for k, v in overrides.items() if k not in RECIPE_KEYS}}

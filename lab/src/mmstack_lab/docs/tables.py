@@ -1072,6 +1072,8 @@ VALUES: dict[str, Value] = {
     **{name: _pair_value(pair, sides) for name, (pair, sides) in _BUILD_PAIRS.items()},
     "cpu-build-cpu-chained": Value("cpu-dev/proof-cpu-pair18/B/build_time_sm90.json", compute=_pairs_chained),
     "cb-rattler-seconds": Value(_CB, "rattler_build_seconds"),
+    "cb-build-string": Value(_CB, "index.conda_build.build", spec="`{}`"),
+    "cb-common-files": Value(_CB, "files.common"),
     "cb-ext-bytes": Value(_CB, "packages.conda_build.ext_size", spec="{:,}"),
     "cb-rattler-ext-bytes": Value(_CB, "packages.rattler_build.ext_size", spec="{:,}"),
     "cb-package-mb": Value(_CB, compute=lambda d: _mb(d["packages"]["conda_build"]["size"])),

@@ -1,0 +1,79 @@
+"""Each recipe's build number accounts for its patches: one version, so every patch that enters
+changes the package's content and must raise the build number (conda-forge's rule; a channel that
+ships new content under an old file name leaves `conda update` with nothing to take).
+
+The convention, in both formats of each recipe: the build_number line's comment lists, per build
+number, the patches that entered with it (`1: patches/0004; 2: 0005-0006`); a build 0 entry may be
+left out when 0 is the recipe's first release with the patches below the first entry. The matrix
+(variants.recipe_build_number) reads mmcv's base from recipe.yaml, the one place it is written.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from pathlib import Path
+
+import pytest
+
+from mmstack.errors import BadInput
+from mmstack.facts.gpus import load
+from mmstack.variants import matrix as variants
+
+ROOT = Path(__file__).resolve().parents[1]
+RECIPES = ("mmcv", "mmdet", "mmengine")
+_YAML = re.compile(r"^  build_number: (\d+)(?:  # (.*))?$", re.M)
+_META = re.compile(r"^\{% set build_number = (\d+) %\}(?:  \{# (.*) #\})?$", re.M)
+_ENTRY = re.compile(r"(\d+): (?:patches/)?(\d{4})(?:-(\d{4}))?")
+_PATCH = re.compile(r"^\s+- patches/(\d{4})-\S+\.patch$", re.M)
+
+
+def _number_and_history(text: str, pattern: re.Pattern) -> tuple[int, list[tuple[int, int, int]]]:
+    found = pattern.findall(text)
+    assert len(found) == 1, pattern.pattern
+    number, comment = found[0]
+    return int(number), [(int(b), int(lo), int(hi or lo)) for b, lo, hi in _ENTRY.findall(comment or "")]
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_the_build_number_names_the_patches_each_build_added_up_to_the_last_listed(name):
+    recipe = (ROOT / "recipes" / name / "recipe.yaml").read_text()
+    meta = (ROOT / "recipes" / name / "meta.yaml").read_text()
+    number, history = _number_and_history(recipe, _YAML)
+    assert _number_and_history(meta, _META) == (number, history), "meta.yaml's build_number line differs from recipe.yaml's"
+    listed = [int(n) for n in _PATCH.findall(recipe)]
+    assert listed == sorted(listed) and listed == [int(n) for n in _PATCH.findall(meta)]
+    assert history, f"{name}: the build_number line has no `N: patches/AAAA-BBBB` history"
+    builds = [b for b, _, _ in history]
+    assert builds == list(range(builds[0], number + 1)) and builds[0] in (0, 1), builds  # one entry per build, the last is this one
+    ranges = [(lo, hi) for _, lo, hi in history]
+    for (_, hi), (lo, _) in itertools.pairwise(ranges):
+        assert lo == hi + 1, ranges  # contiguous: no patch entered without a build of its own
+    assert ranges[-1][1] == listed[-1], f"{name}: patch {listed[-1]:04d} is listed, build {number}'s entry ends at {ranges[-1][1]:04d}: raise the build number"
+    assert set(range(ranges[0][0], listed[-1] + 1)) <= set(listed)
+
+
+def test_the_matrix_takes_mmcvs_base_from_the_recipe_and_renders_alike():
+    """variants.Variant.build_number is recipe.yaml's base + 100 x mmcv_priority: the numbers
+    `mmstack matrix` shows and the stand-in channels carry are the ones rattler-build renders."""
+    pytest.importorskip("rattler_build", reason="py-rattler-build is the 'build' extra")
+    from mmstack.builder import recipes as build
+
+    base, _ = _number_and_history((ROOT / "recipes/mmcv/recipe.yaml").read_text(), _YAML)
+    config = ROOT / variants.CONFIG_FILE
+    assert variants.recipe_build_number(config) == base
+    rows = {(v.python, v.pytorch, v.build_string_prefix): v.build_number for v in variants.load_matrix(load(), config)}
+    rendered = {}
+    for r in build.render(recipe_dir=ROOT / "recipes/mmcv", variant_config=config):
+        v = {k: str(val) for k, val in r.variant.items()}
+        rendered[(v["python"], v["pytorch"], r.recipe.to_dict()["build"]["string"].split("_py")[0])] = r.recipe.to_dict()["build"]["number"]
+    assert rendered == rows
+    assert min(rows.values()) == base
+
+
+def test_a_recipe_without_one_build_number_line_is_bad_input(tmp_path):
+    (tmp_path / "recipes/mmcv").mkdir(parents=True)
+    (tmp_path / "recipes/mmcv/recipe.yaml").write_text("context:\n  name: mmcv\n")
+    with pytest.raises(BadInput, match=r"context\.build_number"):
+        variants.recipe_build_number(tmp_path / variants.CONFIG_FILE)
+    assert variants.recipe_build_number(tmp_path / "elsewhere" / variants.CONFIG_FILE) == 0  # a config alone counts from 0
