@@ -70,7 +70,7 @@ def test_what_a_user_installs_agrees(doc):
     cb, rb = doc["index"]["conda_build"], doc["index"]["rattler_build"]
     for key in ("name", "version", "build", "build_number", "subdir", "license"):
         assert cb[key] == rb[key], key
-    assert cb["build"] == "cpu_py311_h#_0"
+    assert cb["build"] == "cpu_py311_h#_1"
     # conda-build pins a bare `python` run requirement to the host's minor; rattler-build leaves it
     # bare (python_abi, python's run-export, pins it in both): the rest is the same list
     assert "python >=3.11,<3.12.0a0" in cb["depends"] and "python" in rb["depends"]

@@ -234,7 +234,7 @@ def conda_build_tests(log: str) -> dict:
         "verify_levels": {lv["level"]: lv["status"] for lv in (verify or {}).get("levels", [])},
         "upstream": {"path": upstream.group(1), "passed": int(upstream.group(2)), "failed": int(upstream.group(3)),
                      "errors": int(upstream.group(4)), "skipped": int(upstream.group(5))} if upstream else None,
-        "tests_passed": bool(re.search(r"^TEST END: .*mmcv-2\.2\.0-cpu_py311_h[0-9a-f]{7}_0", log, re.M)),
+        "tests_passed": bool(re.search(r"^TEST END: .*mmcv-2\.2\.0-cpu_py311_h[0-9a-f]{7}_\d+\.conda", log, re.M)),
     }
 
 
