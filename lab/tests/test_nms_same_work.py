@@ -3,10 +3,11 @@ kept indices; mmcv.ops.nms (and batched_nms) also return the kept rows' dets. be
 the compiled op alone against torchvision's nms (indices on both sides), and mmcv's API against
 torchvision's followed by the same dets (`tv_nms_dets`, made as mmcv makes them).
 
-The committed H200 run (lab/results/h200/perf-run14) timed the package the recipe now builds (0001-0018:
-the very package proof-cpu-pair18's B made, seeded by sha256, whose test section perf-run12 passed);
+The committed H200 run (lab/results/h200/perf-run14) timed the package of the recipe's patches 0001-0018
+(the very package proof-cpu-pair18's B made, seeded by sha256, whose test section perf-run12 passed; it
+is build 500: the recipe has since raised its build number and builds the same sources as build 501);
 here: that it is that package, that the install and ladder passed, and what the rows say at 100 and
-1,000 boxes.
+1,000 boxes. The docs table renders a `--paired` run (stage opsnmsci) with each row's 95% interval.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from support.gpu_entry import package_shas
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,7 +27,7 @@ def _rows() -> dict[tuple[str, str], dict]:
     return {(r["op"], r["shape"]): r for r in json.loads((RUN / "ops_nms_sm90.json").read_text())["ops"]}
 
 
-def test_the_run_timed_the_package_the_recipe_builds_now():
+def test_the_run_timed_the_package_of_the_recipes_patches():
     built = package_shas(PAIR_B / "packages.sha256")
     (mmcv,) = [p for p in built if p.startswith("mmcv-")]
     seeded = {s["file"]: s["sha256"] for s in json.loads((RUN / "seeded.json").read_text())}
@@ -55,3 +57,26 @@ def test_the_same_work_rows_time_the_api_users_call():
             a, b = rows[(api, shape)]["mmcv_us"], rows[(same, shape)]["mmcv_us"]
             assert 0.8 < a / b < 1.25, (api, n, a, b)
             assert rows[(same, shape)]["torchvision_us"] > rows[(api, shape)]["torchvision_us"] * 0.95
+
+
+def test_the_docs_table_gives_a_paired_runs_interval_per_row():
+    """tables._nms_same_work on bench_ops' own `_paired` rows (real timings of two CPU calls, 6 pairs a
+    row): each row shows the pairs' median ratio, its 95% interval and the number of pairs; on the
+    unpaired perf-run14 file, the one ratio column it has always shown."""
+    torch = pytest.importorskip("torch")
+    from mmstack_lab.docs import tables
+    from mmstack_lab.ops import bench_ops
+
+    a = torch.randn(32, 32)
+    ops = []
+    for n in (100, 1000):
+        for op, _ in tables._SAME_WORK:
+            shape = f"{n} boxes, 80 classes, iou 0.5" if op.startswith("batched") else f"{n} boxes, iou 0.5"
+            ops.append({"op": op, "shape": shape, **bench_ops._paired(lambda: a @ a, lambda: (a @ a) @ a, 3, 6, "cpu")})
+    header, rows = tables._nms_same_work([{"ops": ops}])
+    assert header[-3:] == ["torchvision / mmcv, median of pairs", "95% interval", "pairs"] and len(rows) == 10
+    for row, o in zip(rows, ops, strict=True):
+        low, high = o["ratio_median_ci95"]
+        assert row[-3:] == [f"{o['ratio_median_of_pairs']:.2f}", f"{low:.2f}-{high:.2f}", "6"]
+    header, rows = tables._nms_same_work([json.loads((RUN / "ops_nms_sm90.json").read_text())])
+    assert header[-1] == "torchvision / mmcv" and len(rows) == 10

@@ -324,15 +324,24 @@ _SAME_WORK = (("nms", "mmcv: dets and indices; torchvision: indices"),
 def _nms_same_work(docs: list[Doc]) -> Body:
     """bench_ops' nms rows at 100 and 1,000 boxes: the API against torchvision's, and each at the same
     work (the compiled op alone against torchvision's nms; the API against torchvision's followed by the
-    same dets)."""
+    same dets). From a `--paired` run (stage opsnmsci) each row also gives its pairs' median ratio and
+    that median's 95% interval."""
     by = {(o["op"], o["shape"]): o for o in docs[0]["ops"]}
+    paired = all("ratio_median_ci95" in o for o in docs[0]["ops"])
     rows = []
     for n in (100, 1000):
         for op, returns in _SAME_WORK:
             o = by[(op, f"{n} boxes, 80 classes, iou 0.5" if op.startswith("batched") else f"{n} boxes, iou 0.5")]
-            rows.append([op, f"{n:,}", returns, f"{o['mmcv_us']:,.1f}", f"{o['torchvision_us']:,.1f}",
-                         f"{o['ratio_tv_over_mmcv']:.2f}"])
-    return ["row", "boxes", "what each side returns", "mmcv µs", "torchvision µs", "torchvision / mmcv"], rows
+            row = [op, f"{n:,}", returns, f"{o['mmcv_us']:,.1f}", f"{o['torchvision_us']:,.1f}"]
+            if paired:
+                ci = o["ratio_median_ci95"]
+                row += [f"{o['ratio_median_of_pairs']:.2f}", _range(ci) if ci else "- (under 6 pairs)", str(len(o["pairs"]))]
+            else:
+                row.append(f"{o['ratio_tv_over_mmcv']:.2f}")
+            rows.append(row)
+    header = ["row", "boxes", "what each side returns", "mmcv µs", "torchvision µs"]
+    return header + (["torchvision / mmcv, median of pairs", "95% interval", "pairs"] if paired
+                     else ["torchvision / mmcv"]), rows
 
 
 _BATCHES = ("2", "8", "16")
