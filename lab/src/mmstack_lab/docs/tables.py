@@ -1073,6 +1073,22 @@ def _pairs_chained(_doc: Doc) -> str:
     return f"{ratio:.3f} ({(1 - ratio) * 100:.1f}% less)"
 
 
+_CONDA_SOLVES = "tests/data/solver_selection/conda.json"  # the real conda's answers over the recipe's builds
+
+
+def _mmcv_build_numbers(doc: Doc) -> str:
+    """The build numbers the real conda saw on the channel of the recipe's builds (the CPU build's is the
+    recipe's base): `CPU 1, fat 101, per-generation 201 (sm_80) to 701 (sm_120)`."""
+    import re
+
+    seen = {a["build"]: a["build_number"] for a in doc["answers"]
+            if a.get("build", "").startswith(("cpu_", "cuda")) and not a["id"].endswith("-unguarded")}
+    (cpu,) = {n for b, n in seen.items() if b.startswith("cpu_")}
+    (fat,) = {n for b, n in seen.items() if "_all_" in b}
+    gens = sorted((n, m.group(1)) for b, n in seen.items() if (m := re.search(r"_sm(\d+)_", b)))
+    return f"CPU {cpu}, fat {fat}, per-generation {gens[0][0]} (sm_{gens[0][1]}) to {gens[-1][0]} (sm_{gens[-1][1]})"
+
+
 _E2E_310 = "cpu-dev/e2e_py310_noarch_job.json"  # tests/test_build_e2e.py -k python_min's noarch job (issue 42)
 
 
@@ -1082,6 +1098,9 @@ VALUES: dict[str, Value] = {
     "cpu-build-cpu-chained": Value("cpu-dev/proof-cpu-pair18/B/build_time_sm90.json", compute=_pairs_chained),
     "cb-rattler-seconds": Value(_CB, "rattler_build_seconds"),
     "cb-build-string": Value(_CB, "index.conda_build.build", spec="`{}`"),
+    "mmcv-base-build-number": Value(_CONDA_SOLVES, compute=lambda d: next(
+        a["build_number"] for a in d["answers"] if a.get("build", "").startswith("cpu_"))),
+    "mmcv-build-numbers": Value(_CONDA_SOLVES, compute=_mmcv_build_numbers),
     "cb-common-files": Value(_CB, "files.common"),
     "cb-ext-bytes": Value(_CB, "packages.conda_build.ext_size", spec="{:,}"),
     "cb-rattler-ext-bytes": Value(_CB, "packages.rattler_build.ext_size", spec="{:,}"),
