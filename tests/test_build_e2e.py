@@ -71,7 +71,8 @@ def bootstrap_channel() -> Path:
 
 def _inputs_key(boot: Path) -> str:
     """Everything the built channel depends on: recipes, their patches, build.sh, matrix, mmstack
-    (not recipes/*/proposed/: the recipes list none of those candidates)."""
+    (not recipes/*/proposed/: the recipes list none of those candidates; not the READMEs under recipes/,
+    which no recipe packages or reads)."""
     h = hashlib.sha256(boot.name.encode())
     files = [CONFIG, ROOT / "pyproject.toml", *sorted((ROOT / "recipes" / "mmcv").rglob("*")),
              *sorted((ROOT / "recipes" / "mmdet").rglob("*")), *sorted((ROOT / "recipes" / "mmengine").rglob("*")),
@@ -81,8 +82,11 @@ def _inputs_key(boot: Path) -> str:
              *sorted((ROOT / "scripts").glob("*.sh")), ci_steps.WORKFLOW, Path(ci_steps.__file__)]
     for f in files:
         # recipes/*/proposed/ holds candidate patches no recipe lists: they change no built package
-        if f.is_file() and "__pycache__" not in f.parts and "proposed" not in f.relative_to(ROOT).parts[:3]:
-            h.update(f.relative_to(ROOT).as_posix().encode() + b"\0" + f.read_bytes())
+        rel = f.relative_to(ROOT)
+        if rel.parts[0] == "recipes" and f.suffix == ".md":
+            continue  # the patches' READMEs: prose for people, not an input of any build
+        if f.is_file() and "__pycache__" not in f.parts and "proposed" not in rel.parts[:3]:
+            h.update(rel.as_posix().encode() + b"\0" + f.read_bytes())
     return h.hexdigest()[:12]
 
 
