@@ -71,8 +71,8 @@ def bootstrap_channel() -> Path:
 
 def _inputs_key(boot: Path) -> str:
     """Everything the built channel depends on: recipes, their patches, build.sh, matrix, mmstack
-    (not recipes/*/proposed/: the recipes list none of those candidates; not the READMEs under recipes/,
-    which no recipe packages or reads)."""
+    (not recipes/*/proposed/: the recipes list none of those candidates; not the READMEs under recipes/:
+    no build reads them, and the copy rattler-build keeps in each package's info/recipe is compared by no test)."""
     h = hashlib.sha256(boot.name.encode())
     files = [CONFIG, ROOT / "pyproject.toml", *sorted((ROOT / "recipes" / "mmcv").rglob("*")),
              *sorted((ROOT / "recipes" / "mmdet").rglob("*")), *sorted((ROOT / "recipes" / "mmengine").rglob("*")),
@@ -84,7 +84,7 @@ def _inputs_key(boot: Path) -> str:
         # recipes/*/proposed/ holds candidate patches no recipe lists: they change no built package
         rel = f.relative_to(ROOT)
         if rel.parts[0] == "recipes" and f.suffix == ".md":
-            continue  # the patches' READMEs: prose for people, not an input of any build
+            continue  # the patches' READMEs: prose for people, read by no build step
         if f.is_file() and "__pycache__" not in f.parts and "proposed" not in rel.parts[:3]:
             h.update(rel.as_posix().encode() + b"\0" + f.read_bytes())
     return h.hexdigest()[:12]

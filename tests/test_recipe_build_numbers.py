@@ -6,12 +6,17 @@ The convention, in both formats of each recipe: the build_number line's comment 
 number, the patches that entered with it (`1: patches/0004; 2: 0005-0006`); a build 0 entry may be
 left out when 0 is the recipe's first release with the patches below the first entry. The matrix
 (variants.recipe_build_number) reads mmcv's base from recipe.yaml, the one place it is written.
+The comment is bookkeeping; tests/data/recipe_builds.json records what each build number was made
+from (the sources' sha256s and the listed patches' bytes), so new sources under an old number fail.
 """
 
 from __future__ import annotations
 
+import hashlib
 import itertools
+import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -77,3 +82,68 @@ def test_a_recipe_without_one_build_number_line_is_bad_input(tmp_path):
     with pytest.raises(BadInput, match=r"context\.build_number"):
         variants.recipe_build_number(tmp_path / variants.CONFIG_FILE)
     assert variants.recipe_build_number(tmp_path / "elsewhere" / variants.CONFIG_FILE) == 0  # a config alone counts from 0
+
+
+# The record of what each build was made from: the history comment is bookkeeping (a patch added by
+# widening the last entry, `1: 0014-0019`, passes it); the record holds each (version, build number)
+# to the sources it was built from, so new sources under an old number fail wherever they came from.
+RECORD = ROOT / "tests" / "data" / "recipe_builds.json"
+_VERSION = re.compile(r'^  version: "?([0-9][^"\s]*)"?$', re.M)
+_SHA = re.compile(r"^\s+sha256: ([0-9a-f]{64})$", re.M)
+_PATCH_PATH = re.compile(r"^\s+- (patches/\d{4}-\S+\.patch)$", re.M)
+
+
+def _sources_digest(recipe_dir: Path) -> tuple[str, int, str, str]:
+    """(version, build number, the patches' range, sha256 over the sources' sha256s and each listed patch's
+    name and bytes, in the recipe's order): what a build of this number is made from."""
+    text = (recipe_dir / "recipe.yaml").read_text()
+    (version,) = _VERSION.findall(text)
+    number, _ = _number_and_history(text, _YAML)
+    h = hashlib.sha256()
+    for sha in _SHA.findall(text):
+        h.update(b"source\0" + sha.encode() + b"\0")
+    patches = _PATCH_PATH.findall(text)
+    for rel in patches:
+        h.update(rel.encode() + b"\0" + (recipe_dir / rel).read_bytes() + b"\0")
+    span = f"{patches[0][8:12]}-{patches[-1][8:12]}" if patches else "none"
+    return version, number, span, h.hexdigest()
+
+
+def _check_record(name: str, recipe_dir: Path, record: dict) -> None:
+    version, number, span, digest = _sources_digest(recipe_dir)
+    builds = record.get(name, {}).get(version, {})
+    entry = f'"{number}": {{"patches": "{span}", "sha256": "{digest}"}}'
+    assert str(number) in builds, (
+        f"{RECORD.name}: {name} {version} build {number} is not recorded; once its package is made, add {entry}")
+    assert builds[str(number)]["sha256"] == digest, (
+        f"{name} {version}: the sources (sdist sha256 and patches {span}) differ from what build {number} was "
+        f"recorded with ({RECORD.name}): raise build_number in recipes/{name}/recipe.yaml and meta.yaml, "
+        f"and record the new build as {entry}")
+    assert number == max(map(int, builds)), f"{name} {version}: build {number} is older than one recorded"
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_each_build_number_keeps_the_sources_it_was_recorded_with(name):
+    _check_record(name, ROOT / "recipes" / name, json.loads(RECORD.read_text()))
+
+
+def test_a_patch_added_under_the_last_build_number_fails_the_record(tmp_path):
+    """The case the history comment cannot tell: patch 0019 entering with its build's entry widened."""
+    recipe = tmp_path / "mmcv"
+    shutil.copytree(ROOT / "recipes" / "mmcv", recipe, ignore=shutil.ignore_patterns("proposed"))
+    text = (recipe / "recipe.yaml").read_text()
+    last = _PATCH_PATH.findall(text)[-1]
+    new = "patches/0019-a-new-fix.patch"
+    (recipe / new).write_text("--- a/setup.py\n+++ b/setup.py\n")
+    text = text.replace(f"- {last}\n", f"- {last}\n      - {new}\n", 1).replace("1: 0014-0018", "1: 0014-0019")
+    (recipe / "recipe.yaml").write_text(text)
+    record = json.loads(RECORD.read_text())
+    _check_record("mmcv", ROOT / "recipes" / "mmcv", record)  # the real recipe passes
+    with pytest.raises(AssertionError, match=r"raise build_number in recipes/mmcv/recipe\.yaml"):
+        _check_record("mmcv", recipe, record)
+    # an edit of an entered patch's bytes, the number kept, fails alike
+    shutil.copytree(ROOT / "recipes" / "mmcv", tmp_path / "edited", ignore=shutil.ignore_patterns("proposed"))
+    with (tmp_path / "edited" / last).open("a") as f:
+        f.write("\n")
+    with pytest.raises(AssertionError, match="differ from what build 1 was recorded with"):
+        _check_record("mmcv", tmp_path / "edited", record)
