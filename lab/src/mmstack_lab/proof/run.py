@@ -68,13 +68,13 @@ def _machine_txt(r: Run) -> None:
 
 
 def _unpack_site(r: Run) -> None:
-    """py-rattler(-build) and their pure dependencies from the carry, into WORK/site (not into the builds)."""
+    """py-rattler(-build), zstandard and their pure dependencies from the carry, into WORK/site (not into the builds)."""
     r.site.mkdir(parents=True, exist_ok=True)
     archive = r.carry / "site.tar.xz"
     if archive.is_file():
         subprocess.run(["tar", "xJf", str(archive), "-C", str(r.site), "--strip-components=1"], check=True)
     wheels = [str(p) for pat in ("py_rattler*.whl", "pydantic*.whl", "annotated_types*.whl", "typing_inspection*.whl",
-                                 "pyelftools*.whl", "zstandard*.whl") for p in sorted((r.carry / "wheels").glob(pat))]
+                                 "pyelftools*.whl") for p in sorted((r.carry / "wheels").glob(pat))]
     if wheels:
         subprocess.run([r.py, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile", "--no-cache-dir",
                         "--upgrade", "--target", str(r.site), *wheels], check=True)
