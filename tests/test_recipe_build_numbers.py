@@ -128,22 +128,27 @@ def test_each_build_number_keeps_the_sources_it_was_recorded_with(name):
 
 
 def test_a_patch_added_under_the_last_build_number_fails_the_record(tmp_path):
-    """The case the history comment cannot tell: patch 0019 entering with its build's entry widened."""
+    """The case the history comment cannot tell: the next patch entering with its build's entry widened
+    (`1: 0014-0018` -> `1: 0014-0019`), and an entered patch's bytes edited, the number kept."""
+    record = json.loads(RECORD.read_text())
+    _check_record("mmcv", ROOT / "recipes" / "mmcv", record)  # the real recipe passes
+    _, number, _, _ = _sources_digest(ROOT / "recipes" / "mmcv")
     recipe = tmp_path / "mmcv"
     shutil.copytree(ROOT / "recipes" / "mmcv", recipe, ignore=shutil.ignore_patterns("proposed"))
     text = (recipe / "recipe.yaml").read_text()
     last = _PATCH_PATH.findall(text)[-1]
-    new = "patches/0019-a-new-fix.patch"
+    nxt = f"{int(last[8:12]) + 1:04d}"
+    new = f"patches/{nxt}-a-new-fix.patch"
     (recipe / new).write_text("--- a/setup.py\n+++ b/setup.py\n")
-    text = text.replace(f"- {last}\n", f"- {last}\n      - {new}\n", 1).replace("1: 0014-0018", "1: 0014-0019")
+    line = _YAML.search(text).group(0)
+    widened = line.replace(f"-{last[8:12]}", f"-{nxt}")
+    assert widened != line
+    text = text.replace(f"- {last}\n", f"- {last}\n      - {new}\n", 1).replace(line, widened)
     (recipe / "recipe.yaml").write_text(text)
-    record = json.loads(RECORD.read_text())
-    _check_record("mmcv", ROOT / "recipes" / "mmcv", record)  # the real recipe passes
     with pytest.raises(AssertionError, match=r"raise build_number in recipes/mmcv/recipe\.yaml"):
         _check_record("mmcv", recipe, record)
-    # an edit of an entered patch's bytes, the number kept, fails alike
     shutil.copytree(ROOT / "recipes" / "mmcv", tmp_path / "edited", ignore=shutil.ignore_patterns("proposed"))
     with (tmp_path / "edited" / last).open("a") as f:
         f.write("\n")
-    with pytest.raises(AssertionError, match="differ from what build 1 was recorded with"):
+    with pytest.raises(AssertionError, match=f"differ from what build {number} was recorded with"):
         _check_record("mmcv", tmp_path / "edited", record)
