@@ -30,7 +30,7 @@ RECIPES = ("mmcv", "mmdet", "mmengine")
 _YAML = re.compile(r"^  build_number: (\d+)(?:  # (.*))?$", re.M)
 _META = re.compile(r"^\{% set build_number = (\d+) %\}(?:  \{# (.*) #\})?$", re.M)
 _ENTRY = re.compile(r"(\d+): (?:patches/)?(\d{4})(?:-(\d{4}))?")
-_PATCH = re.compile(r"^\s+- patches/(\d{4})-\S+\.patch$", re.M)
+_PATCH = re.compile(r"^\s+- (patches/(\d{4})-\S+\.patch)$", re.M)  # (path, number) of each listed patch
 
 
 def _number_and_history(text: str, pattern: re.Pattern) -> tuple[int, list[tuple[int, int, int]]]:
@@ -46,8 +46,8 @@ def test_the_build_number_names_the_patches_each_build_added_up_to_the_last_list
     meta = (ROOT / "recipes" / name / "meta.yaml").read_text()
     number, history = _number_and_history(recipe, _YAML)
     assert _number_and_history(meta, _META) == (number, history), "meta.yaml's build_number line differs from recipe.yaml's"
-    listed = [int(n) for n in _PATCH.findall(recipe)]
-    assert listed == sorted(listed) and listed == [int(n) for n in _PATCH.findall(meta)]
+    listed = [int(n) for _, n in _PATCH.findall(recipe)]
+    assert listed == sorted(listed) and listed == [int(n) for _, n in _PATCH.findall(meta)]
     assert history, f"{name}: the build_number line has no `N: patches/AAAA-BBBB` history"
     builds = [b for b, _, _ in history]
     assert builds == list(range(builds[0], number + 1)) and builds[0] in (0, 1), builds  # one entry per build, the last is this one
@@ -90,7 +90,6 @@ def test_a_recipe_without_one_build_number_line_is_bad_input(tmp_path):
 RECORD = ROOT / "tests" / "data" / "recipe_builds.json"
 _VERSION = re.compile(r'^  version: "?([0-9][^"\s]*)"?$', re.M)
 _SHA = re.compile(r"^\s+sha256: ([0-9a-f]{64})$", re.M)
-_PATCH_PATH = re.compile(r"^\s+- (patches/\d{4}-\S+\.patch)$", re.M)
 
 
 def _sources_digest(recipe_dir: Path) -> tuple[str, int, str, str]:
@@ -102,10 +101,10 @@ def _sources_digest(recipe_dir: Path) -> tuple[str, int, str, str]:
     h = hashlib.sha256()
     for sha in _SHA.findall(text):
         h.update(b"source\0" + sha.encode() + b"\0")
-    patches = _PATCH_PATH.findall(text)
-    for rel in patches:
+    patches = _PATCH.findall(text)
+    for rel, _ in patches:
         h.update(rel.encode() + b"\0" + (recipe_dir / rel).read_bytes() + b"\0")
-    span = f"{patches[0][8:12]}-{patches[-1][8:12]}" if patches else "none"
+    span = f"{patches[0][1]}-{patches[-1][1]}" if patches else "none"
     return version, number, span, h.hexdigest()
 
 
@@ -116,7 +115,7 @@ def _check_record(name: str, recipe_dir: Path, record: dict) -> None:
     assert str(number) in builds, (
         f"{RECORD.name}: {name} {version} build {number} is not recorded; once its package is made, add {entry}")
     assert builds[str(number)]["sha256"] == digest, (
-        f"{name} {version}: the sources (sdist sha256 and patches {span}) differ from what build {number} was "
+        f"{name} {version}: the sources (their sha256s and patches {span}) differ from what build {number} was "
         f"recorded with ({RECORD.name}): raise build_number in recipes/{name}/recipe.yaml and meta.yaml, "
         f"and record the new build as {entry}")
     assert number == max(map(int, builds)), f"{name} {version}: build {number} is older than one recorded"
@@ -136,12 +135,12 @@ def test_a_patch_added_under_the_last_build_number_fails_the_record(tmp_path):
     recipe = tmp_path / "mmcv"
     shutil.copytree(ROOT / "recipes" / "mmcv", recipe, ignore=shutil.ignore_patterns("proposed"))
     text = (recipe / "recipe.yaml").read_text()
-    last = _PATCH_PATH.findall(text)[-1]
-    nxt = f"{int(last[8:12]) + 1:04d}"
+    last, last_number = _PATCH.findall(text)[-1]
+    nxt = f"{int(last_number) + 1:04d}"
     new = f"patches/{nxt}-a-new-fix.patch"
     (recipe / new).write_text("--- a/setup.py\n+++ b/setup.py\n")
     line = _YAML.search(text).group(0)
-    widened = line.replace(f"-{last[8:12]}", f"-{nxt}")
+    widened = line.replace(f"-{last_number}", f"-{nxt}")
     assert widened != line
     text = text.replace(f"- {last}\n", f"- {last}\n      - {new}\n", 1).replace(line, widened)
     (recipe / "recipe.yaml").write_text(text)
