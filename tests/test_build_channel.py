@@ -105,6 +105,26 @@ def test_install_of_a_missing_package_is_one_line(tmp_path):
     assert "\n" not in err.value.one_line()
 
 
+def test_install_honours_the_conda_overrides_for_a_gpu_build(tmp_path, monkeypatch):
+    """A per-generation build installs on a machine without a GPU when CONDA_OVERRIDE_CUDA and
+    CONDA_OVERRIDE_CUDA_ARCH declare the target (as conda and pixi honour them); a wrong arch, or
+    `__cuda` emptied (which takes `__cuda_arch` with it, CEP 46), is refused by the solver."""
+    ch = tmp_path / "channel"
+    channel.add_packages(ch, [_package(tmp_path, "kern", subdir="linux-64",
+                                       depends=["__cuda >=13", "__cuda_arch >=9.0,<10"])])
+    monkeypatch.setenv("CONDA_OVERRIDE_CUDA", "13.0")
+    monkeypatch.setenv("CONDA_OVERRIDE_CUDA_ARCH", "9.0")
+    assert channel.install(["kern"], [ch], tmp_path / "env", platform="linux-64") == ["kern=1.0=h0_0"]
+    assert channel.explain_unsolvable(["kern"], [ch], platform="linux-64") is None
+    monkeypatch.setenv("CONDA_OVERRIDE_CUDA_ARCH", "8.9")
+    assert "__cuda_arch" in (channel.explain_unsolvable(["kern"], [ch], platform="linux-64") or "")
+    with pytest.raises(BuildFailed, match="cannot install kern"):
+        channel.install(["kern"], [ch], tmp_path / "env2", platform="linux-64")
+    monkeypatch.setenv("CONDA_OVERRIDE_CUDA", "")
+    monkeypatch.setenv("CONDA_OVERRIDE_CUDA_ARCH", "9.0")
+    assert not any("cuda" in str(v).lower() for v in channel.detected_virtual_packages())
+
+
 def test_a_rebuilt_package_with_the_same_name_gets_a_fresh_record(tmp_path):
     import hashlib
 

@@ -111,13 +111,15 @@ def install(
     """Solve `specs` over `channels` and install the result into `prefix`; return `name=version=build`.
 
     `channels` are paths (local channels) or URLs/names. `virtual_packages` replaces the detected
-    ones (e.g. `["__glibc=2.28", "__cuda=12.9"]`) to solve for another machine.
+    ones (e.g. `["__glibc=2.28", "__cuda=12.9"]`) to solve for another machine; the detected ones
+    honour CONDA_OVERRIDE_CUDA / CONDA_OVERRIDE_CUDA_ARCH (and the other CONDA_OVERRIDE_*) as conda
+    and pixi do.
     """
     import rattler
 
     chans = [_channel(c) for c in channels]
     if virtual_packages is None:
-        virtual = rattler.VirtualPackage.detect()
+        virtual = detected_virtual_packages()
     else:
         virtual = [_virtual(v) for v in virtual_packages]
 
@@ -150,7 +152,7 @@ def explain_unsolvable(specs: Sequence[str], channels: Sequence[str | os.PathLik
     async def _run() -> None:
         platforms = [rattler.Subdir(platform) if platform else rattler.Subdir.current(), rattler.Subdir("noarch")]
         await rattler.solve(sources=[_channel(c) for c in channels], specs=list(specs), platforms=platforms,
-                            virtual_packages=rattler.VirtualPackage.detect())
+                            virtual_packages=detected_virtual_packages())
 
     try:
         asyncio.run(_run())
@@ -362,6 +364,15 @@ def _channel(c: str | os.PathLike[str]):
     if "://" not in text and (os.sep in text or Path(text).exists()):
         text = Path(text).expanduser().resolve().as_uri()
     return rattler.Channel(text)
+
+
+def detected_virtual_packages() -> list:
+    """This machine's virtual packages as conda and pixi see them: detected (`__cuda` from the
+    driver, `__cuda_arch` from the GPUs), each replaced by its CONDA_OVERRIDE_* where one is set (an
+    empty one removes it; `__cuda_arch` goes with `__cuda`, CEP 46)."""
+    import rattler
+
+    return rattler.VirtualPackage.detect(rattler.VirtualPackageOverrides.from_env())
 
 
 def _virtual(spec: str):
