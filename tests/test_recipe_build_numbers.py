@@ -20,6 +20,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import yaml
 
 from mmstack.errors import BadInput
 from mmstack.facts.gpus import load
@@ -93,8 +94,9 @@ _SHA = re.compile(r"^\s+sha256: ([0-9a-f]{64})$", re.M)
 
 
 def _sources_digest(recipe_dir: Path) -> tuple[str, int, str, str]:
-    """(version, build number, the patches' range, sha256 over the sources' sha256s and each listed patch's
-    name and bytes, in the recipe's order): what a build of this number is made from."""
+    """(version, build number, the patches' range, sha256 over the sources' sha256s, each listed patch's
+    name and bytes in the recipe's order, and how it is built: recipe.yaml's `build:` section and the
+    script file it names): what a build of this number is made from."""
     text = (recipe_dir / "recipe.yaml").read_text()
     (version,) = _VERSION.findall(text)
     number, _ = _number_and_history(text, _YAML)
@@ -104,6 +106,11 @@ def _sources_digest(recipe_dir: Path) -> tuple[str, int, str, str]:
     patches = _PATCH.findall(text)
     for rel, _ in patches:
         h.update(rel.encode() + b"\0" + (recipe_dir / rel).read_bytes() + b"\0")
+    build = yaml.safe_load(text)["build"]
+    h.update(b"build\0" + json.dumps(build, sort_keys=True).encode() + b"\0")
+    script = build.get("script")
+    if isinstance(script, dict) and script.get("file"):
+        h.update(b"script\0" + (recipe_dir / script["file"]).read_bytes() + b"\0")
     span = f"{patches[0][1]}-{patches[-1][1]}" if patches else "none"
     return version, number, span, h.hexdigest()
 
@@ -115,7 +122,8 @@ def _check_record(name: str, recipe_dir: Path, record: dict) -> None:
     assert str(number) in builds, (
         f"{RECORD.name}: {name} {version} build {number} is not recorded; once its package is made, add {entry}")
     assert builds[str(number)]["sha256"] == digest, (
-        f"{name} {version}: the sources (their sha256s and patches {span}) differ from what build {number} was "
+        f"{name} {version}: the sources (their sha256s and patches {span}) or the build section/script differ "
+        f"from what build {number} was "
         f"recorded with ({RECORD.name}): raise build_number in recipes/{name}/recipe.yaml and meta.yaml, "
         f"and record the new build as {entry}")
     assert number == max(map(int, builds)), f"{name} {version}: build {number} is older than one recorded"
@@ -128,7 +136,7 @@ def test_each_build_number_keeps_the_sources_it_was_recorded_with(name):
 
 def test_a_patch_added_under_the_last_build_number_fails_the_record(tmp_path):
     """The case the history comment cannot tell: the next patch entering with its build's entry widened
-    (`1: 0014-0018` -> `1: 0014-0019`), and an entered patch's bytes edited, the number kept."""
+    (`1: 0014-0018` -> `1: 0014-0019`), an entered patch's bytes edited, and build.sh edited, the number kept."""
     record = json.loads(RECORD.read_text())
     _check_record("mmcv", ROOT / "recipes" / "mmcv", record)  # the real recipe passes
     _, number, _, _ = _sources_digest(ROOT / "recipes" / "mmcv")
@@ -151,3 +159,8 @@ def test_a_patch_added_under_the_last_build_number_fails_the_record(tmp_path):
         f.write("\n")
     with pytest.raises(AssertionError, match=f"differ from what build {number} was recorded with"):
         _check_record("mmcv", tmp_path / "edited", record)
+    shutil.copytree(ROOT / "recipes" / "mmcv", tmp_path / "script", ignore=shutil.ignore_patterns("proposed"))
+    with (tmp_path / "script" / "build.sh").open("a") as f:
+        f.write("echo a new build step\n")
+    with pytest.raises(AssertionError, match=f"differ from what build {number} was recorded with"):
+        _check_record("mmcv", tmp_path / "script", record)
