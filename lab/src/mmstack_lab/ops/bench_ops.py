@@ -123,13 +123,16 @@ def tv_nms_dets(tvops, boxes, scores, iou_threshold: float, idxs=None):
     return torch.cat((boxes, scores.reshape(-1, 1)), dim=1).index_select(0, keep), keep
 
 
+PAIRED_WARMUP_S = 0.5  # each side of a paired row runs this long before its first pair
+
+
 def _paired(mm, tv, iters: int, repeats: int, device: str) -> dict:
     """`repeats` ABBA pairs of timings (µs per call): each side's median, the ratio of medians as unpaired
     rows give it, and the pairs' torchvision/mmcv ratios with their median's 95% interval."""
     from mmstack_lab.common.pair_stats import ratio_summary
 
-    warm_up(mm)
-    warm_up(tv)
+    warm_up(mm, seconds=PAIRED_WARMUP_S)
+    warm_up(tv, seconds=PAIRED_WARMUP_S)
     pairs = []
     for i in range(repeats):
         order = (("mmcv", mm), ("torchvision", tv)) if i % 2 == 0 else (("torchvision", tv), ("mmcv", mm))

@@ -10,8 +10,14 @@ from collections.abc import Callable
 WARMUP_CALLS = 3
 
 
-def warm_up(fn: Callable[[], object]) -> None:
+def warm_up(fn: Callable[[], object], seconds: float = 0.0) -> None:
+    """WARMUP_CALLS calls, then more until `seconds` have passed (an idle GPU's clocks and the host's
+    take a moment to rise: h100/perf-run15's first rows of small calls ran 1.4x slower than the same
+    call a second later)."""
     for _ in range(WARMUP_CALLS):
+        fn()
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
         fn()
 
 
