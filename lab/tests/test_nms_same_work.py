@@ -80,3 +80,31 @@ def test_the_docs_table_gives_a_paired_runs_interval_per_row():
         assert row[-3:] == [f"{o['ratio_median_of_pairs']:.2f}", f"{low:.2f}-{high:.2f}", "6"]
     header, rows = tables._nms_same_work([json.loads((RUN / "ops_nms_sm90.json").read_text())])
     assert header[-1] == "torchvision / mmcv" and len(rows) == 10
+
+
+RUN15 = ROOT / "lab" / "results" / "h100" / "perf-run15"
+BUILD501 = ROOT / "lab" / "results" / "cpu-dev" / "proof-cpu-build501b"
+
+
+def test_the_paired_run_timed_todays_package_and_its_intervals_clear_1_at_the_same_work():
+    """h100/perf-run15 (stage opsnmsci): the build-501 package the CPU made (seeded by sha256), installed
+    and verified; at 100 and 1,000 boxes each same-work row's 95% interval of torchvision/mmcv, over 21
+    ABBA pairs, lies above 1, and at 1,000 boxes the API rows' too."""
+    built = package_shas(BUILD501 / "packages.sha256")
+    (mmcv,) = [p for p in built if p.startswith("mmcv-")]
+    seeded = {s["file"]: s["sha256"] for s in json.loads((RUN15 / "seeded.json").read_text())}
+    assert seeded[mmcv] == built[mmcv]
+    status = (RUN15 / "STATUS").read_text()
+    assert "verify sm90 rc=0" in status and "ops_nms_paired_sm90 rc=0" in status
+    assert "H100" in (RUN15 / "machine.txt").read_text().splitlines()[0]
+    doc = json.loads((RUN15 / "ops_nms_paired_sm90.json").read_text())
+    assert doc["paired"] and doc["repeats"] == 21
+    rows = {(r["op"], r["shape"]): r for r in doc["ops"]}
+    for n in (100, 1000):
+        same = [("nms_indices", f"{n} boxes, iou 0.5"), ("nms_dets", f"{n} boxes, iou 0.5"),
+                ("batched_nms_dets", f"{n} boxes, 80 classes, iou 0.5")]
+        api = [("nms", f"{n} boxes, iou 0.5"), ("batched_nms", f"{n} boxes, 80 classes, iou 0.5")]
+        for key in same + (api if n == 1000 else []):
+            row = rows[key]
+            assert len(row["pairs"]) == 21
+            assert row["ratio_median_ci95"][0] > 1.0, (key, row["ratio_median_ci95"])
