@@ -15,7 +15,7 @@ from mmstack_lab.ops import bench_ops
 
 def test_paired_alternates_the_side_timed_first_and_gives_the_interval(monkeypatch):
     order: list[str] = []
-    monkeypatch.setattr(bench_ops, "warm_up", lambda fn: None)
+    monkeypatch.setattr(bench_ops, "warm_up", lambda fn, seconds=0.0: None)
     # the timer records which side ran; each side's calls take a known time, so the ratios are known
     monkeypatch.setattr(bench_ops, "per_call_us", lambda fn, iters, device: fn())
     calls = {"mmcv": iter([10.0, 11.0, 9.0, 10.0, 10.5, 9.5, 10.0]), "torchvision": iter([20.0] * 7)}

@@ -54,3 +54,11 @@ def test_a_timing_is_iters_calls_after_the_warm_up():
     us = timing.per_call_us(sleep_2ms, 5, "cpu")
     assert calls.count("timed") == 5
     assert 2000 <= us < 200_000  # µs per call: at least the sleep, and not per batch of five
+
+
+def test_a_timed_warm_up_keeps_calling_until_its_seconds_have_passed():
+    stamps = []
+    start = time.perf_counter()
+    timing.warm_up(lambda: stamps.append(time.perf_counter()), seconds=0.05)
+    assert len(stamps) > timing.WARMUP_CALLS  # the calls beyond the fixed few are the timed part
+    assert stamps[-1] - start >= 0.05 - 1e-3  # it ran its seconds; no upper bound is asserted
