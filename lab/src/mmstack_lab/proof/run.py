@@ -89,11 +89,13 @@ def execute(r: Run, names: list[str], *, packages_to: Path | None = None, rehear
         return 2
     if rehearse:
         r.status("REHEARSAL: GPU stages run without a GPU (their GPU levels fail or skip); nothing here is a GPU result")
-        # the solver sees the H200 the packages target, as conda and pixi do under these overrides
-        os.environ.setdefault("CONDA_OVERRIDE_CUDA", r.facts.get("cuda") or "13.0")
-        os.environ.setdefault("CONDA_OVERRIDE_CUDA_ARCH", "9.0")
-        r.status(f"REHEARSAL: CONDA_OVERRIDE_CUDA={os.environ['CONDA_OVERRIDE_CUDA']} "
-                 f"CONDA_OVERRIDE_CUDA_ARCH={os.environ['CONDA_OVERRIDE_CUDA_ARCH']}")
+        # the solver sees the sm_90 GPU install90's packages target, with the driver of the venv torch's
+        # CUDA, as conda and pixi do under these overrides (a CPU-only torch sets none: install90 then fails)
+        if r.facts.get("cuda"):
+            os.environ.setdefault("CONDA_OVERRIDE_CUDA", r.facts["cuda"])
+            os.environ.setdefault("CONDA_OVERRIDE_CUDA_ARCH", "9.0")
+        r.status("REHEARSAL: " + " ".join(f"{k}={os.environ[k]}" for k in ("CONDA_OVERRIDE_CUDA", "CONDA_OVERRIDE_CUDA_ARCH")
+                                          if k in os.environ))
     elif "gpu" in {s.where for s in stages} and not _has_gpu():
         r.status("FAIL plan: " + ", ".join(s.name for s in stages if s.where == "gpu") + " need a GPU; this machine has none")
         return 2
