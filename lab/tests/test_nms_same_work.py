@@ -108,3 +108,38 @@ def test_the_paired_run_timed_todays_package_and_its_intervals_clear_1_at_the_sa
             row = rows[key]
             assert len(row["pairs"]) == 21
             assert row["ratio_median_ci95"][0] > 1.0, (key, row["ratio_median_ci95"])
+
+
+RUN16 = ROOT / "lab" / "results" / "h100" / "perf-run16"
+
+
+def test_with_the_warm_up_the_api_rows_at_100_boxes_stay_below_1_by_the_dets_work():
+    """h100/perf-run16: the same package, each paired row's sides warmed for 0.5 s first. Its whole test
+    section passed there (upstream's tests/test_ops and tests/test_cnn, test_nms.py among them). The
+    same-work intervals lie above 1 again at both sizes; the API rows at 100 boxes lie below 1 with
+    steady pairs, so perf-run15's reading of them as the machine settling does not hold: the gap is
+    the dets' work, which torchvision's side pays in the nms_dets row (more than the API rows' gap)."""
+    built = package_shas(BUILD501 / "packages.sha256")
+    (mmcv,) = [p for p in built if p.startswith("mmcv-")]
+    assert {s["file"]: s["sha256"] for s in json.loads((RUN16 / "seeded.json").read_text())}[mmcv] == built[mmcv]
+    status = (RUN16 / "STATUS").read_text()
+    assert f"test {mmcv} rc=0" in status and "verify sm90 rc=0" in status and "ops_nms_paired_sm90 rc=0" in status
+    tested = json.loads((RUN16 / "test_mmcv_cuda130_sm90.json").read_text())
+    assert tested["passed"]
+    (upstream,) = [t for t in tested["packages"][0]["test_results"] if t.get("kind") == "upstream-tests"]
+    assert upstream["counts"]["failed"] == upstream["counts"]["error"] == 0 and upstream["counts"]["passed"] == 264
+    assert upstream["by_file"]["tests/test_ops/test_nms.py"] == {"passed": 4, "skipped": 1}
+    assert "H100" in (RUN16 / "machine.txt").read_text().splitlines()[0]
+    doc = json.loads((RUN16 / "ops_nms_paired_sm90.json").read_text())
+    assert doc["paired"] and doc["repeats"] == 21
+    rows = {(r["op"], r["shape"]): r for r in doc["ops"]}
+    for n in (100, 1000):
+        for key in (("nms_indices", f"{n} boxes, iou 0.5"), ("nms_dets", f"{n} boxes, iou 0.5"),
+                    ("batched_nms_dets", f"{n} boxes, 80 classes, iou 0.5")):
+            assert rows[key]["ratio_median_ci95"][0] > 1.0, (key, rows[key]["ratio_median_ci95"])
+    api, dets = rows[("nms", "100 boxes, iou 0.5")], rows[("nms_dets", "100 boxes, iou 0.5")]
+    assert api["ratio_median_ci95"][1] < 1.0
+    spread = [p["mmcv"] for p in api["pairs"]]
+    assert max(spread) / min(spread) < 1.15  # steady pairs, not a machine settling
+    # what torchvision's side pays for the same dets exceeds the API row's gap
+    assert dets["torchvision_us"] - api["torchvision_us"] > api["mmcv_us"] - api["torchvision_us"]

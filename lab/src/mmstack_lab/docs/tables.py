@@ -921,7 +921,7 @@ TABLES: dict[str, Table] = {
     "detector-ops": Table(sources=[f for _, f in _DETECTOR_OPS], build=_detector_ops),
     "detector-ops-gpu": Table(sources=[f for _, f in _DETECTOR_OPS_GPU], build=_detector_ops),
     "h200-nms-same-work": Table(sources=["h200/perf-run14/ops_nms_sm90.json"], build=_nms_same_work),
-    "h100-nms-same-work-ci": Table(sources=["h100/perf-run15/ops_nms_paired_sm90.json"], build=_nms_same_work),
+    "h100-nms-same-work-ci": Table(sources=["h100/perf-run16/ops_nms_paired_sm90.json"], build=_nms_same_work),
     "h100-patchab-nms": Table(sources=[f"h100/perf-run2/patchab_mmcv-{_P14}.json"], build=_patch_ab_times),
     "h100-patchab-detector": Table(sources=[f"h100/perf-run1/patchab_mmdet-{_P5}.json"], build=_patch_ab_detector),
     "h200-detector-stages": Table(sources=[f"h200/recipe-run6/stages_bs{bs}_sm90.json" for bs in _BATCHES],
