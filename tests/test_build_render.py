@@ -31,6 +31,8 @@ SDIST_SHA256 = "ac479247e808d8802f89eadf04d4118de86bdfe81361ec5aed0cc1bf731c67c9
 SDIST_URL = ("https://files.pythonhosted.org/packages/e9/a2/57a733e7e84985a8a0e3101dfb8170fc9db92435c16afad253069ae3f9df/"
              "mmcv-2.2.0.tar.gz")
 CUDA_HEADERS = ["libcublas-dev", "libcusparse-dev", "libcusolver-dev"]
+# the recipe's own build number; a row's effective number adds 100 x its mmcv_priority (cpu 0, all 1, sm89 4)
+BUILD_NUMBER = int(re.search(r"^  build_number: (\d+)", (MMCV / "recipe.yaml").read_text(), re.M).group(1))
 
 
 @pytest.fixture(scope="module")
@@ -53,9 +55,9 @@ def test_one_package_per_row(rendered):
 
 
 @pytest.mark.parametrize("tag, pattern", [
-    ("cpu", r"cpu_py311_h[0-9a-f]{7}_1"),
-    ("sm89", r"cuda129_sm89_py311_h[0-9a-f]{7}_401"),
-    ("all", r"cuda130_all_py311_h[0-9a-f]{7}_101"),
+    ("cpu", rf"cpu_py311_h[0-9a-f]{{7}}_{BUILD_NUMBER}"),
+    ("sm89", rf"cuda129_sm89_py311_h[0-9a-f]{{7}}_{400 + BUILD_NUMBER}"),
+    ("all", rf"cuda130_all_py311_h[0-9a-f]{{7}}_{100 + BUILD_NUMBER}"),
 ])
 def test_build_strings_say_what_the_package_serves(rendered, tag, pattern):
     assert re.fullmatch(pattern, rendered[tag]["build"]["string"])
@@ -113,7 +115,7 @@ def test_cep46_the_per_generation_row_pins_cuda_arch_and_needs_cuda_arch(rendere
         req = rendered[tag]["requirements"]
         assert not [s for s in req["host"] + req["run"] if "cuda-arch" in s or "__cuda_arch" in s], tag
     numbers = {tag: r["build"]["number"] for tag, r in rendered.items()}
-    assert numbers["cpu"] < numbers["all"] < numbers["sm89"] == 401
+    assert numbers["cpu"] < numbers["all"] < numbers["sm89"] == 400 + BUILD_NUMBER
 
 
 @pytest.mark.parametrize("tag", ["cpu", "sm89", "all"])
@@ -139,7 +141,7 @@ def test_the_arch_list_reaches_build_sh(rendered, tag, arch_list):
 
 def test_source_is_the_pypi_sdist_with_every_patch(rendered):
     patches = sorted(p.relative_to(MMCV).as_posix() for p in (MMCV / "patches").glob("*.patch"))
-    assert len(patches) == 18, "recipes/mmcv/patches/ holds the numbered patches"
+    assert len(patches) == 19, "recipes/mmcv/patches/ holds the numbered patches"
     for recipe in rendered.values():
         source, tests = recipe["source"]
         assert source["url"] == [SDIST_URL] or source["url"] == SDIST_URL

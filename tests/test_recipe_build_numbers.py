@@ -136,7 +136,8 @@ def test_each_build_number_keeps_the_sources_it_was_recorded_with(name):
 
 def test_a_patch_added_under_the_last_build_number_fails_the_record(tmp_path):
     """The case the history comment cannot tell: the next patch entering with its build's entry widened
-    (`1: 0014-0018` -> `1: 0014-0019`), an entered patch's bytes edited, and build.sh edited, the number kept."""
+    (`1: 0014-0018` -> `1: 0014-0019`, `2: 0019` -> `2: 0019-0020`), an entered patch's bytes edited, and
+    build.sh edited, the number kept."""
     record = json.loads(RECORD.read_text())
     _check_record("mmcv", ROOT / "recipes" / "mmcv", record)  # the real recipe passes
     _, number, _, _ = _sources_digest(ROOT / "recipes" / "mmcv")
@@ -148,7 +149,9 @@ def test_a_patch_added_under_the_last_build_number_fails_the_record(tmp_path):
     new = f"patches/{nxt}-a-new-fix.patch"
     (recipe / new).write_text("--- a/setup.py\n+++ b/setup.py\n")
     line = _YAML.search(text).group(0)
-    widened = line.replace(f"-{last_number}", f"-{nxt}")
+    # the last entry is a range (`1: 0014-0018`) or one patch (`2: 0019`): either way it now ends at nxt
+    widened = (line.replace(f"-{last_number}", f"-{nxt}") if f"-{last_number}" in line
+               else line.replace(f": {last_number}", f": {last_number}-{nxt}"))
     assert widened != line
     text = text.replace(f"- {last}\n", f"- {last}\n      - {new}\n", 1).replace(line, widened)
     (recipe / "recipe.yaml").write_text(text)
