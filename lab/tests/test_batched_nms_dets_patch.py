@@ -47,9 +47,16 @@ def test_0017_applies_after_the_recipes_patches_and_keeps_every_other_path(tmp_p
     compile(text, "nms.py", "exec")
     batched = text[text.index("def batched_nms("):text.index("def nms_match(")]
     fast = batched[batched.index("mmstack recipe patch 0017"):]
-    assert FAST in fast and "return dets, keep" in fast
+    # since 0019 the kept indices and the dets of the boxes without their offsets come from _nms_with_dets
+    # (det_boxes = boxes), which makes them as 0017 did (FAST, with det_boxes) where it does not take
+    # the compiled nms_dets
+    call = "return _nms_with_dets(boxes_for_nms, scores, boxes, **nms_cfg_)"
+    assert call in fast
+    with_dets = text[text.index("def _nms_with_dets("):text.index("# nms's keyword parameters")]
+    assert "    dets = torch.cat((det_boxes, scores.reshape(-1, 1)),\n                     dim=1).index_select(0, inds)" \
+        in with_dets
     # the fast path's conditions: mmcv's own nms, one pass, 4-column tensors, nms's keywords by name
-    cond = batched[batched.index("    if (boxes_for_nms.shape[0] < split_thr and nms_op is nms"):batched.index(FAST)]
+    cond = batched[batched.index("    if (boxes_for_nms.shape[0] < split_thr and nms_op is nms"):batched.index(call)]
     for needed in ("isinstance(boxes, Tensor)", "boxes.size(-1) == 4", "'iou_threshold' in nms_cfg_",
                    "all(key in _NMS_KEYWORDS for key in nms_cfg_)"):
         assert needed in cond, needed
@@ -58,7 +65,8 @@ def test_0017_applies_after_the_recipes_patches_and_keeps_every_other_path(tmp_p
     assert "for id in torch.unique(idxs):" in batched
     # nms itself calls the same _nms_inds (its checks and kernel call in one place)
     nms_def = text[text.index("@_iou_thr_renamed\ndef nms("):text.index("def soft_nms(")]
-    assert "inds = _nms_inds(boxes, scores, iou_threshold, offset, score_threshold," in nms_def
+    assert "_nms_with_dets(boxes, scores, boxes, iou_threshold, offset," in nms_def
+    assert "inds = _nms_inds(boxes, scores, iou_threshold, offset, score_threshold," in with_dets
     assert text.count("NMSop.forward(None, boxes") == 1
 
 

@@ -58,10 +58,14 @@ def test_0014_applies_on_top_of_the_recipes_patches_without_fuzz(tmp_path):
     work = patched_sdist("mmcv", tmp_path)  # the recipe's patches in order (0012, then 0014), --fuzz=0
     text = (work / "mmcv" / "ops" / "nms.py").read_text()
     nms_def = text[text.index("@_iou_thr_renamed\ndef nms("):text.index("def soft_nms(")]
-    assert "dim=1).index_select(0, inds)" in nms_def and "boxes[inds]" not in nms_def
-    # 0014's direct NMSop.forward call (torch.jit.trace keeps apply): in _nms_inds since 0017, which nms calls
-    inds_def = text[text.index("def _nms_inds("):text.index("@_iou_thr_renamed\ndef nms(")]
-    assert "inds = _nms_inds(boxes, scores, iou_threshold, offset, score_threshold," in nms_def
+    # 0014's dets (one index_select of cat((boxes, scores))): where 0019's _nms_with_dets does not take the
+    # compiled nms_dets, which nms calls with its own boxes
+    with_dets = text[text.index("def _nms_with_dets("):text.index("# nms's keyword parameters")]
+    assert "dim=1).index_select(0, inds)" in with_dets and "boxes[inds]" not in nms_def
+    assert "_nms_with_dets(boxes, scores, boxes, iou_threshold, offset," in nms_def
+    # 0014's direct NMSop.forward call (torch.jit.trace keeps apply): in _nms_inds since 0017
+    inds_def = text[text.index("def _nms_inds("):text.index("def _nms_with_dets(")]
+    assert "inds = _nms_inds(boxes, scores, iou_threshold, offset, score_threshold," in with_dets
     assert "NMSop.forward(None, boxes" in inds_def and "torch.jit.is_tracing()" in inds_def
     assert "valid_inds.index_select(0, inds)" in text and "bboxes[valid_mask]" not in text
     # the other ops keep mmengine's decorator; 0012's batched_nms change is still there

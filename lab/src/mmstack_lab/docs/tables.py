@@ -348,6 +348,7 @@ _BATCHES = ("2", "8", "16")
 _P10, _P3 = "0010-roi-align-half-backward-in-float", "0003-randperm-on-the-gallerys-device"
 _P11 = "0011-deform-conv-half-backward-in-float"
 _P12 = "0012-batched-nms-cuda-one-pass-to-20k"
+_P19 = "0019-nms-dets-in-gather-kernel"
 _P14, _P5 = "0014-nms-wrapper-fewer-passes", "0005-max-iou-assigner-on-the-device"
 _P08, _P09 = "0008-rpn-proposals-batched", "0009-anchor-targets-batched"
 
@@ -920,8 +921,8 @@ TABLES: dict[str, Table] = {
     "detector-processes": Table(sources=[f for _, f in _PROCESSES], build=_detector_processes),
     "detector-ops": Table(sources=[f for _, f in _DETECTOR_OPS], build=_detector_ops),
     "detector-ops-gpu": Table(sources=[f for _, f in _DETECTOR_OPS_GPU], build=_detector_ops),
-    "h200-nms-same-work": Table(sources=["h200/perf-run14/ops_nms_sm90.json"], build=_nms_same_work),
-    "h100-nms-same-work-ci": Table(sources=["h100/perf-run16/ops_nms_paired_sm90.json"], build=_nms_same_work),
+    "h100-nms-same-work-ci": Table(sources=["h100/perf-run17/ops_nms_paired_sm90.json"], build=_nms_same_work),
+    "h100-patchab-nms-0019": Table(sources=[f"h100/perf-run17/patchab_mmcv-{_P19}.json"], build=_patch_ab_times),
     "h100-patchab-nms": Table(sources=[f"h100/perf-run2/patchab_mmcv-{_P14}.json"], build=_patch_ab_times),
     "h100-patchab-detector": Table(sources=[f"h100/perf-run1/patchab_mmdet-{_P5}.json"], build=_patch_ab_detector),
     "h200-detector-stages": Table(sources=[f"h200/recipe-run6/stages_bs{bs}_sm90.json" for bs in _BATCHES],
@@ -1151,6 +1152,8 @@ VALUES: dict[str, Value] = {
                          ("released_median_us", "{:,.0f}"), ("patched_median_us", "{:,.0f}"))},
     "h100-patchab-0005-bs8": Value(f"h100/perf-run1/patchab_mmdet-{_P5}.json", compute=lambda d: _vs_torchvision(d, 8)),
     "h100-patchab-0014-cases": Value(f"h100/perf-run2/patchab_mmcv-{_P14}.json", compute=lambda d: "{} {:,}".format(
+        "all" if d["same"]["nms"]["identical"] else f"{d['same']['nms']['n_differing']:,} differ of", d["same"]["nms"]["cases"])),
+    "h100-patchab-0019-cases": Value(f"h100/perf-run17/patchab_mmcv-{_P19}.json", compute=lambda d: "{} {:,}".format(
         "all" if d["same"]["nms"]["identical"] else f"{d['same']['nms']['n_differing']:,} differ of", d["same"]["nms"]["cases"])),
     "gpu-time-before-sm90": Value(f"{GPU_TIME}", compute=lambda d: _gpu_seconds(d["before"], "build+test sm90")),
     "gpu-time-after-sm90": Value(f"{GPU_TIME}", compute=lambda d: _gpu_seconds(d["after"], "test mmcv_cuda130_sm90")),
