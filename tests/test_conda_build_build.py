@@ -19,6 +19,8 @@ ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "tests" / "data" / "conda_build_build" / "comparison.json"
 DOC = ROOT / "docs" / "conda-forge.md"
 SECTION = "## conda-build builds meta.yaml"
+# the recipe's build number (the CPU row adds nothing to it)
+BUILD_NUMBER = int(re.search(r"^  build_number: (\d+)", (ROOT / "recipes" / "mmcv" / "recipe.yaml").read_text(), re.M).group(1))
 MACHINE_PATH = re.compile(r"/root/|/home/[A-Za-z0-9._-]+/|~/\.cache|/tmp/[A-Za-z0-9._-]")
 
 
@@ -70,7 +72,7 @@ def test_what_a_user_installs_agrees(doc):
     cb, rb = doc["index"]["conda_build"], doc["index"]["rattler_build"]
     for key in ("name", "version", "build", "build_number", "subdir", "license"):
         assert cb[key] == rb[key], key
-    assert cb["build"] == "cpu_py311_h#_1"
+    assert cb["build"] == f"cpu_py311_h#_{BUILD_NUMBER}"  # the CPU row: priority 0, the recipe's own number
     # conda-build pins a bare `python` run requirement to the host's minor; rattler-build leaves it
     # bare (python_abi, python's run-export, pins it in both): the rest is the same list
     assert "python >=3.11,<3.12.0a0" in cb["depends"] and "python" in rb["depends"]

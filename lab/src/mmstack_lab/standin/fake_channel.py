@@ -10,7 +10,7 @@ Real .conda packages (made by py-rattler-build's `assemble_package`, empty of fi
 - cuda-arch, one per version of conda-forge's metapackage (STAND-IN, built like conda-forge's recipe:
   noarch generic, `constrains: __cuda_arch <version>.*`; tests/data/solver_selection/cuda-arch-versions.toml);
 - one mmcv 2.2.0 per variant of a conda_build_config.yaml matrix, with the matrix's build strings
-  (`cuda129_sm89_py311_h…_401`, `cuda129_all_py311_h…_101`, `cpu_py311_h…_1`), `__cuda >=<major>` and
+  (`cuda129_sm89_py311_h…_402`, `cuda129_all_py311_h…_102`, `cpu_py311_h…_2` at build number 2), `__cuda >=<major>` and
   cuda-version in its run requirements for CUDA builds, pinned to the matrix's pytorch; a
   per-generation build also `cuda-arch >=<cuda_arch_min>` (cuda-arch's run-export) and `__cuda_arch >=<min>,<next major>`,
   its build number the matrix's (the recipe's base + 100 x mmcv_priority), as recipes/mmcv renders them;
