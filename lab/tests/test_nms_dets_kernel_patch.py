@@ -143,3 +143,27 @@ def test_0019_returns_what_the_released_nms_returns_on_the_cpu(real_mmcv_python,
         "try:\n    ext_module.nms_dets(b, s, b, iou_threshold=0.5, offset=0)\nexcept RuntimeError as e:\n    print(e)\n")],
         capture_output=True, text=True, timeout=300)
     assert "nms_dets_impl: implementation for device cpu not found" in probe.stdout, probe.stdout + probe.stderr
+
+
+BUILD502 = ROOT / "lab" / "results" / "cpu-dev" / "proof-cpu-build502"
+RUN18 = ROOT / "lab" / "results" / "h100" / "perf-run18"
+
+
+def test_the_recipes_build_2_passed_on_the_gpu_with_the_api_rows_above_1():
+    """h100/perf-run18: the package the recipe now makes (build 2, 0019 in it), seeded by sha256, passed its
+    whole test section and the installed ladder; every paired row's interval lies above 1 at 100 and
+    1,000 boxes, the API rows (what users call) among them."""
+    built = package_shas(BUILD502 / "packages.sha256")
+    (mmcv,) = [p for p in built if p.startswith("mmcv-")]
+    assert mmcv.endswith("_502.conda")
+    assert {s["file"]: s["sha256"] for s in json.loads((RUN18 / "seeded.json").read_text())}[mmcv] == built[mmcv]
+    status = (RUN18 / "STATUS").read_text()
+    assert f"test {mmcv} rc=0" in status and "verify sm90 rc=0" in status and "ops_nms_paired_sm90 rc=0" in status
+    assert "H100" in (RUN18 / "machine.txt").read_text().splitlines()[0]
+    tested = json.loads((RUN18 / "test_mmcv_cuda130_sm90.json").read_text())
+    (upstream,) = [t for t in tested["packages"][0]["test_results"] if t.get("kind") == "upstream-tests"]
+    assert tested["passed"] and upstream["counts"]["failed"] == 0 and upstream["counts"]["passed"] == 264
+    doc = json.loads((RUN18 / "ops_nms_paired_sm90.json").read_text())
+    assert doc["paired"] and doc["repeats"] == 21 and len(doc["ops"]) == 10
+    for row in doc["ops"]:
+        assert row["ratio_median_ci95"][0] > 1.0, (row["op"], row["shape"], row["ratio_median_ci95"])

@@ -921,7 +921,7 @@ TABLES: dict[str, Table] = {
     "detector-processes": Table(sources=[f for _, f in _PROCESSES], build=_detector_processes),
     "detector-ops": Table(sources=[f for _, f in _DETECTOR_OPS], build=_detector_ops),
     "detector-ops-gpu": Table(sources=[f for _, f in _DETECTOR_OPS_GPU], build=_detector_ops),
-    "h100-nms-same-work-ci": Table(sources=["h100/perf-run17/ops_nms_paired_sm90.json"], build=_nms_same_work),
+    "h100-nms-same-work-ci": Table(sources=["h100/perf-run18/ops_nms_paired_sm90.json"], build=_nms_same_work),
     "h100-patchab-nms-0019": Table(sources=[f"h100/perf-run17/patchab_mmcv-{_P19}.json"], build=_patch_ab_times),
     "h100-patchab-nms": Table(sources=[f"h100/perf-run2/patchab_mmcv-{_P14}.json"], build=_patch_ab_times),
     "h100-patchab-detector": Table(sources=[f"h100/perf-run1/patchab_mmdet-{_P5}.json"], build=_patch_ab_detector),
