@@ -31,8 +31,8 @@ SDIST_SHA256 = "ac479247e808d8802f89eadf04d4118de86bdfe81361ec5aed0cc1bf731c67c9
 SDIST_URL = ("https://files.pythonhosted.org/packages/e9/a2/57a733e7e84985a8a0e3101dfb8170fc9db92435c16afad253069ae3f9df/"
              "mmcv-2.2.0.tar.gz")
 CUDA_HEADERS = ["libcublas-dev", "libcusparse-dev", "libcusolver-dev"]
-# the recipe's own build number; a row's effective number adds 100 x its mmcv_priority (cpu 0, all 1, sm89 4)
-BUILD_NUMBER = int(re.search(r"^  build_number: (\d+)", (MMCV / "recipe.yaml").read_text(), re.M).group(1))
+# the recipe's own build number; a row's effective number adds PRIORITY_STEP x its mmcv_priority (cpu 0, all 1, sm89 4)
+BUILD_NUMBER = variants.recipe_build_number(ROOT / variants.CONFIG_FILE)
 
 
 @pytest.fixture(scope="module")
@@ -56,8 +56,8 @@ def test_one_package_per_row(rendered):
 
 @pytest.mark.parametrize("tag, pattern", [
     ("cpu", rf"cpu_py311_h[0-9a-f]{{7}}_{BUILD_NUMBER}"),
-    ("sm89", rf"cuda129_sm89_py311_h[0-9a-f]{{7}}_{400 + BUILD_NUMBER}"),
-    ("all", rf"cuda130_all_py311_h[0-9a-f]{{7}}_{100 + BUILD_NUMBER}"),
+    ("sm89", rf"cuda129_sm89_py311_h[0-9a-f]{{7}}_{4 * variants.PRIORITY_STEP + BUILD_NUMBER}"),
+    ("all", rf"cuda130_all_py311_h[0-9a-f]{{7}}_{variants.PRIORITY_STEP + BUILD_NUMBER}"),
 ])
 def test_build_strings_say_what_the_package_serves(rendered, tag, pattern):
     assert re.fullmatch(pattern, rendered[tag]["build"]["string"])
@@ -115,7 +115,7 @@ def test_cep46_the_per_generation_row_pins_cuda_arch_and_needs_cuda_arch(rendere
         req = rendered[tag]["requirements"]
         assert not [s for s in req["host"] + req["run"] if "cuda-arch" in s or "__cuda_arch" in s], tag
     numbers = {tag: r["build"]["number"] for tag, r in rendered.items()}
-    assert numbers["cpu"] < numbers["all"] < numbers["sm89"] == 400 + BUILD_NUMBER
+    assert numbers["cpu"] < numbers["all"] < numbers["sm89"] == 4 * variants.PRIORITY_STEP + BUILD_NUMBER
 
 
 @pytest.mark.parametrize("tag", ["cpu", "sm89", "all"])

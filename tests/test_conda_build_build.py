@@ -15,12 +15,14 @@ from pathlib import Path
 import pytest
 from support.fixtures import load_current
 
+from mmstack.variants import matrix
+
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "tests" / "data" / "conda_build_build" / "comparison.json"
 DOC = ROOT / "docs" / "conda-forge.md"
 SECTION = "## conda-build builds meta.yaml"
 # the recipe's build number (the CPU row adds nothing to it)
-BUILD_NUMBER = int(re.search(r"^  build_number: (\d+)", (ROOT / "recipes" / "mmcv" / "recipe.yaml").read_text(), re.M).group(1))
+BUILD_NUMBER = matrix.recipe_build_number(ROOT / matrix.CONFIG_FILE)
 MACHINE_PATH = re.compile(r"/root/|/home/[A-Za-z0-9._-]+/|~/\.cache|/tmp/[A-Za-z0-9._-]")
 
 

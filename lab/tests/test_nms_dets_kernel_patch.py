@@ -20,7 +20,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from support.gpu_entry import diff_sha256, package_shas
+from support.gpu_entry import diff_sha256, seeded_mmcv
 
 from mmstack_lab.ops import patch_ab
 from mmstack_lab.standin.offline import patched_sdist
@@ -80,9 +80,7 @@ def test_the_gpu_run_built_and_tested_this_diff_and_found_the_same_results():
     diffs = json.loads((BUILD / "proposed_diffs.json").read_text())["diff_sha256"]
     assert diffs[key] == diff_sha256(PATCH.read_text()), "0019's diff changed since its GPU run"
     # the package the CPU built is the one the GPU run seeded, tested and installed
-    (mmcv,) = [p for p in package_shas(BUILD / "packages.sha256") if p.startswith("mmcv-")]
-    seeded = {s["file"]: s for s in json.loads((RUN / "seeded.json").read_text())}
-    assert seeded[mmcv] == {"file": mmcv, "from": "proposed", "sha256": package_shas(BUILD / "packages.sha256")[mmcv]}
+    mmcv = seeded_mmcv(BUILD, RUN, source="proposed")
     assert "H100" in (RUN / "machine.txt").read_text().splitlines()[0]
     digest = [line for line in (RUN / "machine.txt").read_text().splitlines() if line.startswith("tree_digest:")]
     assert digest[0].split()[1] in (BUILD / "machine.txt").read_text()  # one tree: the build's and the run's
@@ -153,10 +151,8 @@ def test_the_recipes_build_2_passed_on_the_gpu_with_the_api_rows_above_1():
     """h100/perf-run18: the package the recipe now makes (build 2, 0019 in it), seeded by sha256, passed its
     whole test section and the installed ladder; every paired row's interval lies above 1 at 100 and
     1,000 boxes, the API rows (what users call) among them."""
-    built = package_shas(BUILD502 / "packages.sha256")
-    (mmcv,) = [p for p in built if p.startswith("mmcv-")]
+    mmcv = seeded_mmcv(BUILD502, RUN18)
     assert mmcv.endswith("_502.conda")
-    assert {s["file"]: s["sha256"] for s in json.loads((RUN18 / "seeded.json").read_text())}[mmcv] == built[mmcv]
     status = (RUN18 / "STATUS").read_text()
     assert f"test {mmcv} rc=0" in status and "verify sm90 rc=0" in status and "ops_nms_paired_sm90 rc=0" in status
     assert "H100" in (RUN18 / "machine.txt").read_text().splitlines()[0]

@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 
 import pytest
-from support.gpu_entry import package_shas
+from support.gpu_entry import package_shas, seeded_mmcv
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN = ROOT / "lab" / "results" / "h200" / "perf-run14"
@@ -90,10 +90,7 @@ def test_the_paired_run_timed_todays_package_and_its_intervals_clear_1_at_the_sa
     """h100/perf-run15 (stage opsnmsci): the build-501 package the CPU made (seeded by sha256), installed
     and verified; at 100 and 1,000 boxes each same-work row's 95% interval of torchvision/mmcv, over 21
     ABBA pairs, lies above 1, and at 1,000 boxes the API rows' too."""
-    built = package_shas(BUILD501 / "packages.sha256")
-    (mmcv,) = [p for p in built if p.startswith("mmcv-")]
-    seeded = {s["file"]: s["sha256"] for s in json.loads((RUN15 / "seeded.json").read_text())}
-    assert seeded[mmcv] == built[mmcv]
+    seeded_mmcv(BUILD501, RUN15)
     status = (RUN15 / "STATUS").read_text()
     assert "verify sm90 rc=0" in status and "ops_nms_paired_sm90 rc=0" in status
     assert "H100" in (RUN15 / "machine.txt").read_text().splitlines()[0]
@@ -119,9 +116,7 @@ def test_with_the_warm_up_the_api_rows_at_100_boxes_stay_below_1_by_the_dets_wor
     same-work intervals lie above 1 again at both sizes; the API rows at 100 boxes lie below 1 with
     steady pairs, so perf-run15's reading of them as the machine settling does not hold: the gap is
     the dets' work, which torchvision's side pays in the nms_dets row (more than the API rows' gap)."""
-    built = package_shas(BUILD501 / "packages.sha256")
-    (mmcv,) = [p for p in built if p.startswith("mmcv-")]
-    assert {s["file"]: s["sha256"] for s in json.loads((RUN16 / "seeded.json").read_text())}[mmcv] == built[mmcv]
+    mmcv = seeded_mmcv(BUILD501, RUN16)
     status = (RUN16 / "STATUS").read_text()
     assert f"test {mmcv} rc=0" in status and "verify sm90 rc=0" in status and "ops_nms_paired_sm90 rc=0" in status
     tested = json.loads((RUN16 / "test_mmcv_cuda130_sm90.json").read_text())

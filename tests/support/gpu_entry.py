@@ -91,6 +91,16 @@ def package_shas(listing: Path) -> dict[str, str]:
     return {name: sha for sha, name in (line.split() for line in listing.read_text().splitlines())}
 
 
+def seeded_mmcv(build: Path, run: Path, *, source: str = "packages") -> str:
+    """Assert that GPU run `run` seeded the very mmcv package CPU build `build` made (by sha256, from
+    $CARRY/`source`: "packages", or "proposed" for a --proposed build); return its file name."""
+    built = package_shas(build / "packages.sha256")
+    (mmcv,) = [p for p in built if p.startswith("mmcv-")]
+    seeded = {s["file"]: s for s in json.loads((run / "seeded.json").read_text())}
+    assert seeded[mmcv] == {"file": mmcv, "from": source, "sha256": built[mmcv]}, seeded.get(mmcv)
+    return mmcv
+
+
 def check_pair_tested(pair: Path, run: Path) -> dict:
     """A side-by-side CPU pair (A: the recipe, B: --proposed) whose B mmcv a GPU run seeded: assert that
     `run` seeded B's very package (by sha256: A made one of the same name with other bytes), that its
